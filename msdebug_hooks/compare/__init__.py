@@ -1,0 +1,37 @@
+"""Precision comparison: where do two runs part ways?
+
+``metrics`` (numpy only) compares two tensors. The rest of the package builds on it: loss records and their
+comparison, two MindSpore dumps compared operator by operator. Names resolve lazily, so importing this package
+imports neither MindSpore nor PyTorch.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "compare_arrays": "msdebug_hooks.compare.metrics",
+    "not_comparable": "msdebug_hooks.compare.metrics",
+    "Tolerance": "msdebug_hooks.compare.metrics",
+    "DEFAULT_TOLERANCE": "msdebug_hooks.compare.metrics",
+    "TensorComparison": "msdebug_hooks.compare.metrics",
+    "PASS": "msdebug_hooks.compare.metrics",
+    "WARNING": "msdebug_hooks.compare.metrics",
+    "ERROR": "msdebug_hooks.compare.metrics",
+    "NOT_COMPARABLE": "msdebug_hooks.compare.metrics",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'msdebug_hooks.compare' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
