@@ -19,6 +19,15 @@ _EXPORTS = {
     "WARNING": "msdebug_hooks.compare.metrics",
     "ERROR": "msdebug_hooks.compare.metrics",
     "NOT_COMPARABLE": "msdebug_hooks.compare.metrics",
+    "LossWriter": "msdebug_hooks.compare.loss",
+    "LossSeries": "msdebug_hooks.compare.loss",
+    "LossFileError": "msdebug_hooks.compare.loss",
+    "read_losses": "msdebug_hooks.compare.loss",
+    "compare_losses": "msdebug_hooks.compare.loss_diff",
+    "LossComparison": "msdebug_hooks.compare.loss_diff",
+    "plot_losses": "msdebug_hooks.compare.loss_plot",
+    # a MindSpore callback: imports MindSpore
+    "LossRecorder": "msdebug_hooks.compare.loss_recorder",
 }
 
 __all__ = sorted(_EXPORTS)
