@@ -44,3 +44,20 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return __all__
+
+# layer captures (MindSpore / PyTorch), layer-by-layer and weight comparison
+_EXPORTS.update({
+    "read_capture": "msdebug_hooks.compare.layer_capture",
+    "CaptureError": "msdebug_hooks.compare.layer_capture",
+    "compare_layers": "msdebug_hooks.compare.layers",
+    "LayerComparison": "msdebug_hooks.compare.layers",
+    "compare_weights": "msdebug_hooks.compare.weights",
+    "WeightComparison": "msdebug_hooks.compare.weights",
+    "load_name_mapping": "msdebug_hooks.compare.naming",
+    "convert_torch_state": "msdebug_hooks.compare.naming",
+    # a MindSpore callback: imports MindSpore
+    "LayerRecorder": "msdebug_hooks.compare.mindspore_layers",
+    # imports PyTorch when created
+    "TorchLayerRecorder": "msdebug_hooks.compare.torch",
+})
+__all__ = sorted(_EXPORTS)
