@@ -182,7 +182,7 @@ def compare_layers(capture_a: Any, capture_b: Any, *, step_a: Optional[int] = No
     """
     cap_a = capture_a if isinstance(capture_a, Capture) else read_capture(capture_a)
     cap_b = capture_b if isinstance(capture_b, Capture) else read_capture(capture_b)
-    sa = _pick_step(cap_a, step_a, "--step-a")
+    sa = _pick_step(cap_a, step_a, "--step")
     sb = _pick_step(cap_b, step_b if step_b is not None else (step_a if step_a in cap_b.steps else None), "--step-b")
     pairs, only_a, only_b = match_records(cap_a.step_records(sa, kinds), cap_b.step_records(sb, kinds),
                                           cap_a.framework, cap_b.framework, mapping)

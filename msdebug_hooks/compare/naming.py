@@ -106,7 +106,7 @@ def load_name_mapping(path: PathLike) -> dict[str, str]:
         raise FileNotFoundError(f"mapping={str(path)!r} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("mapping", str(path), "a readable UTF-8 mapping file", detail=str(exc)) from None
-    if text.lstrip().startswith("{"):
+    if text.lstrip()[:1] in ("{", "["):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
