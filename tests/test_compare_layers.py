@@ -12,36 +12,23 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import ROOT, fresh_env  # noqa: E402
-from lenet import synthetic_batches  # noqa: E402
 from msdebug_hooks.cli import main  # noqa: E402
 from msdebug_hooks.compare.layer_capture import CaptureWriter, read_capture  # noqa: E402
 from msdebug_hooks.compare.layers import compare_layers  # noqa: E402
 from msdebug_hooks.compare.naming import canonical_name, load_name_mapping  # noqa: E402
-from msdebug_hooks.compare.torch import TorchLayerRecorder  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "examples" / "migration"))
-from lenet_bn_torch import make_lenet_bn_torch  # noqa: E402
+from torch_training import make_lenet_bn_torch, train_and_capture  # noqa: E402
 
 LAYERS = ["conv1", "bn1", "relu", "pool", "conv2", "bn2", "relu#1", "pool#1", "flatten", "fc1", "relu#2", "fc2",
           "relu#3", "fc3"]
 
 
-def capture_torch(directory, *, steps=(1, 2), scale_fc1=1.0, model=None, num_steps=3):
-    """Train LeNet-BN (seed 0) for ``num_steps`` steps, capturing ``steps``; ``scale_fc1`` changes fc1's weight
-    first (the injected difference)."""
-    model = model or make_lenet_bn_torch(seed=0)
-    if scale_fc1 != 1.0:
+def capture_torch(directory, *, scale_fc1=None, model=None):
+    """LeNet-BN trained 3 steps, steps 1 and 2 captured; ``scale_fc1`` scales fc1's weight first (the injected
+    difference)."""
+    def scale(net):
         with torch.no_grad():
-            model.fc1.weight.mul_(scale_fc1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    recorder = TorchLayerRecorder(model, directory, steps=steps)
-    for step, (x, y) in enumerate(synthetic_batches(num_steps, 16), start=1):
-        optimizer.zero_grad()
-        with recorder.step(step):
-            loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y).long())
-            loss.backward()
-        optimizer.step()
-    return directory
+            net.fc1.weight.mul_(scale_fc1)
+    return train_and_capture(directory, model=model, before=scale if scale_fc1 else None)
 
 
 @pytest.fixture(scope="module")

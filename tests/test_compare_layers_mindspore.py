@@ -17,13 +17,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import EXAMPLES, ROOT, run_python  # noqa: E402
-from lenet import synthetic_batches  # noqa: E402
 from msdebug_hooks.compare.layer_capture import read_capture  # noqa: E402
 from msdebug_hooks.compare.layers import compare_layers  # noqa: E402
-from msdebug_hooks.compare.torch import TorchLayerRecorder  # noqa: E402
-
-sys.path.insert(0, str(EXAMPLES / "migration"))
-from lenet_bn_torch import make_lenet_bn_torch  # noqa: E402
+from torch_training import make_lenet_bn_torch, train_and_capture  # noqa: E402
 
 pytestmark = pytest.mark.mindspore
 
@@ -34,17 +30,9 @@ CAPTURE_STEP = 2
 def torch_reference(tmp_path_factory):
     """PyTorch LeNet-BN trained 2 steps as the MindSpore script trains it; step 2 captured (with parameters)."""
     root = tmp_path_factory.mktemp("torch_reference")
-    model = make_lenet_bn_torch(seed=0)
-    torch.save(model.state_dict(), root / "initial.pth")
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    recorder = TorchLayerRecorder(model, root / "capture", steps=[CAPTURE_STEP], record_parameters=True)
-    model.train()
-    for step, (x, y) in enumerate(synthetic_batches(CAPTURE_STEP, 32), start=1):
-        optimizer.zero_grad()
-        with recorder.step(step):
-            loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y).long())
-            loss.backward()
-        optimizer.step()
+    train_and_capture(root / "capture", steps=[CAPTURE_STEP], num_steps=CAPTURE_STEP, batch_size=32,
+                      record_parameters=True, before=lambda model: torch.save(model.state_dict(),
+                                                                              root / "initial.pth"))
     return root
 
 

@@ -26,12 +26,13 @@ recorders share; :func:`read_capture` reads.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Iterator, Optional, Union
 
 import numpy as np
 
@@ -156,6 +157,50 @@ class StepRecorder:
         if self.current_step is not None:
             self.writer.flush()
         self.current_step = None
+
+
+class FrameworkRecorder:
+    """What the MindSpore and PyTorch recorders share around their hooks: the step block and output unpacking.
+
+    Subclasses set ``self.session`` (a :class:`StepRecorder`) and define ``begin_step``, ``end_step`` and
+    ``to_numpy``; ``add_output`` may be overridden to filter what a hook delivers.
+    """
+
+    session: StepRecorder
+
+    @property
+    def directory(self) -> Path:
+        return self.session.directory
+
+    def begin_step(self, step: int) -> bool:  # pragma: no cover - defined by every subclass
+        raise NotImplementedError
+
+    def end_step(self) -> None:  # pragma: no cover - defined by every subclass
+        raise NotImplementedError
+
+    @staticmethod
+    def to_numpy(value: Any) -> np.ndarray:  # pragma: no cover - defined by every subclass
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def step(self, step: int) -> Iterator[bool]:
+        """``with recorder.step(n):`` around one step (forward and backward, or an evaluation pass)."""
+        capturing = self.begin_step(step)
+        try:
+            yield capturing
+        finally:
+            self.end_step()
+
+    def record_output(self, name: str, output: Any) -> None:
+        """A hook's output: tuples and lists become ``name.0``, ``name.1``, ..."""
+        if isinstance(output, (tuple, list)):
+            for index, item in enumerate(output):
+                self.record_output(f"{name}.{index}", item)
+            return
+        self.add_output(name, self.to_numpy(output))
+
+    def add_output(self, name: str, array: np.ndarray) -> None:
+        self.session.add(name, FORWARD_OUTPUT, array)
 
 
 @dataclass

@@ -24,17 +24,16 @@ What is captured:
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import warnings
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import mindspore as ms
 import numpy as np
 from mindspore.train import Callback
 
-from msdebug_hooks.compare.layer_capture import (FORWARD_OUTPUT, PARAMETER, PARAMETER_GRADIENT, PathLike,
+from msdebug_hooks.compare.layer_capture import (PARAMETER, PARAMETER_GRADIENT, FrameworkRecorder, PathLike,
                                                  StepRecorder)
 
 _JIT_IGNORE_VARIABLE = "MS_JIT_IGNORE_MODULES"
@@ -56,7 +55,7 @@ def _deliver(recorder_id: int, name: str, output: Any) -> int:
     """Runs in Python for every hooked call, in both modes: hand ``output`` to the recorder if it is capturing."""
     recorder = _RECORDERS.get(recorder_id)
     if recorder is not None and recorder.session.capturing:
-        recorder._record_output(name, output)
+        recorder.record_output(name, output)
     return 0
 
 
@@ -85,11 +84,7 @@ def _make_optimizer_hook(recorder_id: int):
     return optimizer_pre_hook
 
 
-def _to_numpy(value: Any):
-    return value.asnumpy() if hasattr(value, "asnumpy") else value
-
-
-class LayerRecorder(Callback):
+class LayerRecorder(Callback, FrameworkRecorder):
     """Record the forward outputs (and, where MindSpore allows, parameter gradients) of ``network``'s layers into a
     layer-capture directory, for the steps in ``steps`` (``None``: every step).
 
@@ -136,10 +131,6 @@ class LayerRecorder(Callback):
         if optimizer is not None:
             self.hook_optimizer(optimizer)
 
-    @property
-    def directory(self):
-        return self.session.directory
-
     # --- the step ---------------------------------------------------------------------------------------------
     def begin_step(self, step: int) -> bool:
         """Start ``step``; True when it is captured (parameters are recorded now if asked)."""
@@ -153,15 +144,6 @@ class LayerRecorder(Callback):
     def end_step(self) -> None:
         self.session.end_step()
 
-    @contextlib.contextmanager
-    def step(self, step: int) -> Iterator[bool]:
-        """``with recorder.step(n):`` around one training (or evaluation) step."""
-        capturing = self.begin_step(step)
-        try:
-            yield capturing
-        finally:
-            self.end_step()
-
     def record_gradients(self, gradients: Sequence[Any], parameters: Optional[Sequence[Any]] = None) -> None:
         """Record ``gradients`` (in the order of ``parameters``, default the network's trainable parameters)."""
         if not self.session.capturing:
@@ -171,7 +153,7 @@ class LayerRecorder(Callback):
             raise ValueError(f"gradients: {len(gradients)} given for {len(parameters)} parameters; pass "
                              f"parameters= in the gradients' order")
         for param, grad in zip(parameters, gradients):
-            self.session.add(param.name, PARAMETER_GRADIENT, _to_numpy(grad))
+            self.session.add(param.name, PARAMETER_GRADIENT, self.to_numpy(grad))
 
     def hook_optimizer(self, optimizer: "ms.nn.Cell") -> bool:
         """Record the gradients ``optimizer`` receives (PyNative only); False, with a warning, in GRAPH_MODE."""
@@ -187,17 +169,16 @@ class LayerRecorder(Callback):
         self._hooked_optimizer = True
         return True
 
-    def _record_output(self, name: str, output: Any) -> None:
-        if isinstance(output, (tuple, list)):
-            for index, item in enumerate(output):
-                self._record_output(f"{name}.{index}", item)
-            return
-        array = _to_numpy(output)
+    @staticmethod
+    def to_numpy(value: Any) -> np.ndarray:
+        return value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
+
+    def add_output(self, name: str, array: np.ndarray) -> None:
         last = self._last_output
         if last is not None and last[0] == name and last[1].shape == array.shape and np.array_equal(last[1], array):
             return  # the same call seen again (see the class docstring)
         self._last_output = (name, array)
-        self.session.add(name, FORWARD_OUTPUT, array)
+        super().add_output(name, array)
 
     def remove(self) -> None:
         """Remove the hooks (the network then runs as if never recorded, after its next compile)."""

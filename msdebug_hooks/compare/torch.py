@@ -13,11 +13,9 @@ PyTorch is imported when a recorder is created, not when this module is imported
 """
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
-from msdebug_hooks.compare.layer_capture import (FORWARD_OUTPUT, PARAMETER, PARAMETER_GRADIENT, PathLike,
-                                                 StepRecorder)
+from msdebug_hooks.compare.layer_capture import PARAMETER, PARAMETER_GRADIENT, FrameworkRecorder, PathLike, StepRecorder
 
 TORCH_EXTRA_HINT = 'PyTorch is not installed: pip install "msdebug-hooks[torch]"'
 
@@ -31,11 +29,7 @@ def import_torch():
     return torch
 
 
-def _to_numpy(value: Any):
-    return value.detach().to("cpu").numpy() if hasattr(value, "detach") else value
-
-
-class TorchLayerRecorder:
+class TorchLayerRecorder(FrameworkRecorder):
     """Record the forward outputs, parameter gradients (and optionally parameters) of ``module``'s layers for the
     steps in ``steps`` (``None``: every step) into a layer-capture directory.
 
@@ -62,45 +56,29 @@ class TorchLayerRecorder:
                             if name and (not any(True for _ in sub.children()) or name in containers)]
         self._handles = [modules[name].register_forward_hook(self._hook_for(name)) for name in self.layer_names]
 
-    @property
-    def directory(self):
-        return self.session.directory
-
     def _hook_for(self, name: str):
         def forward_hook(_module, _inputs, output):
             if self.session.capturing:
-                self._record_output(name, output)
+                self.record_output(name, output)
         return forward_hook
 
-    def _record_output(self, name: str, output: Any) -> None:
-        if isinstance(output, (tuple, list)):
-            for index, item in enumerate(output):
-                self._record_output(f"{name}.{index}", item)
-            return
-        self.session.add(name, FORWARD_OUTPUT, _to_numpy(output))
+    @staticmethod
+    def to_numpy(value: Any):
+        return value.detach().to("cpu").numpy() if hasattr(value, "detach") else value
 
     def begin_step(self, step: int) -> bool:
         capturing = self.session.begin_step(step)
         if capturing and self.record_parameters:
             for name, param in self.module.named_parameters():
-                self.session.add(name, PARAMETER, _to_numpy(param))
+                self.session.add(name, PARAMETER, self.to_numpy(param))
         return capturing
 
     def end_step(self) -> None:
         if self.session.capturing and self.record_gradients_at_end:
             for name, param in self.module.named_parameters():
                 if param.grad is not None:
-                    self.session.add(name, PARAMETER_GRADIENT, _to_numpy(param.grad))
+                    self.session.add(name, PARAMETER_GRADIENT, self.to_numpy(param.grad))
         self.session.end_step()
-
-    @contextlib.contextmanager
-    def step(self, step: int) -> Iterator[bool]:
-        """``with recorder.step(n):`` around the forward and backward pass of step ``n``."""
-        capturing = self.begin_step(step)
-        try:
-            yield capturing
-        finally:
-            self.end_step()
 
     def remove(self) -> None:
         for handle in self._handles:
