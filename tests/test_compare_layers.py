@@ -67,6 +67,15 @@ def test_identical_runs_pass_and_exit_0(reference, tmp_path, capsys):
     assert "28 pairs compared; 0 only in A, 0 only in B" in out and "no layer diverges" in out
 
 
+def test_records_without_a_partner_are_not_clean(reference, tmp_path, capsys):
+    no_gradients = train_and_capture(tmp_path / "no_gradients", record_gradients=False)
+    code, out, _ = cli("compare-layers", no_gradients, reference, capsys=capsys)
+    assert code == 1 and "14 pairs compared; 0 only in A, 14 only in B" in out
+    assert "no matched pair diverges, but the records listed above have no partner" in out
+    code, out, _ = cli("compare-layers", no_gradients, reference, "--kinds", "forward", capsys=capsys)
+    assert code == 0 and "no layer diverges" in out
+
+
 def test_a_scaled_layer_is_named_first_and_written_as_csv_and_json(reference, tmp_path, capsys):
     changed = capture_torch(tmp_path / "changed", scale_fc1=1.5)
     csv_path = tmp_path / "pairs.csv"

@@ -56,6 +56,8 @@ def test_recorder_matches_pytorch_on_every_layer_in_both_modes(torch_reference, 
         assert "GRADIENT-WARNING" in proc.stdout and kinds == {"forward-output", "parameter"}
         assert [r.name for r in model.unmatched_b] == [r.name for r in read_capture(reference).step_records(
             CAPTURE_STEP, ["parameter-gradient"])]
+        assert not model.ok  # gradients in the reference only: not "all clean"
+        model = compare_layers(tmp_path / "model", reference, kinds=("forward-output", "parameter"))
     else:
         assert "GRADIENT-WARNING" not in proc.stdout and kinds == {"forward-output", "parameter",
                                                                     "parameter-gradient"}

@@ -16,14 +16,15 @@ from msdebug_hooks.compare.torch import TorchLayerRecorder  # noqa: E402
 
 
 def train_and_capture(directory, *, steps=(1, 2), num_steps=3, batch_size=16, model=None, record_parameters=False,
-                      before=None):
+                      record_gradients=True, before=None):
     """Train ``model`` (default: LeNet-BN, seed 0) for ``num_steps`` steps, capturing ``steps`` into ``directory``.
     ``before(model)`` runs first (to save the initial weights or inject a difference). Returns ``directory``."""
     model = model or make_lenet_bn_torch(seed=0)
     if before is not None:
         before(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    recorder = TorchLayerRecorder(model, directory, steps=steps, record_parameters=record_parameters)
+    recorder = TorchLayerRecorder(model, directory, steps=steps, record_parameters=record_parameters,
+                                  record_gradients=record_gradients)
     model.train()
     for step, (x, y) in enumerate(synthetic_batches(num_steps, batch_size), start=1):
         optimizer.zero_grad()

@@ -3,8 +3,9 @@
 Layers are matched by the user's mapping, then by name through the built-in MindSpore <-> PyTorch map, then by
 order and shape; every pair gets the comparison metrics and a pass/warning/error verdict (A is the run under test,
 B the reference). The first layer, in execution order, whose output diverges is named; unmatched layers are listed.
-Exit 0: every pair passes (warnings too, unless --strict); 1: a divergence (or a pair that could not be compared);
-2: bad input (not a capture, unknown step, bad mapping file).
+Exit 0: every pair passes (warnings too, unless --strict) and every record has a partner; 1: a divergence, a pair
+that could not be compared, or a record in one capture only; 2: bad input (not a capture, unknown step, bad mapping
+file).
 
 Example::
 

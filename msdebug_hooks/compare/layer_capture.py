@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import re
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Union
@@ -149,13 +150,25 @@ class StepRecorder:
             calls = self._calls.get(name, 0)
             self._calls[name] = calls + 1
             name = name if calls == 0 else f"{name}#{calls}"
-        self.writer.add(self.current_step, self._order, name, kind, array)
+        try:
+            self.writer.add(self.current_step, self._order, name, kind, array)
+        except OSError as exc:  # a full disk must not stop the training: the step stays incomplete, and says so
+            warnings.warn(f"layer capture: cannot write {name!r} of step {self.current_step} into "
+                          f"{self.directory} ({exc}); the rest of this step is not captured", RuntimeWarning,
+                          stacklevel=2)
+            self.end_step()
+            return
         self._order += 1
 
     def end_step(self) -> None:
-        """Finish the current step: the manifest now lists it."""
+        """Finish the current step: the manifest now lists it (a manifest that cannot be written is warned about;
+        the capture then ends at its last written step)."""
         if self.current_step is not None:
-            self.writer.flush()
+            try:
+                self.writer.flush()
+            except OSError as exc:
+                warnings.warn(f"layer capture: cannot write the manifest of {self.directory} ({exc})",
+                              RuntimeWarning, stacklevel=2)
         self.current_step = None
 
 

@@ -6,7 +6,8 @@ left, execution order and shape (the next unmatched record of B, after the last 
 shape). Each pair is compared with :func:`msdebug_hooks.compare.metrics.compare_arrays` (A is the run under test,
 B the reference). "First divergence" is the first forward output, in A's execution order, whose verdict is
 ``error`` (or, with ``warnings_diverge``, ``warning`` too) -- or that could not be compared -- and if no forward
-output diverges, the first parameter gradient or parameter that does.
+output diverges, the first parameter gradient or parameter that does. A comparison is ``ok`` only when nothing
+diverges and every record found its partner.
 """
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ class LayerComparison:
 
     @property
     def ok(self) -> bool:
-        return self.first_divergence is None
+        """No pair diverges and every record found its partner (a layer missing on one side is a difference too)."""
+        return self.first_divergence is None and not self.unmatched_a and not self.unmatched_b
 
     def to_dict(self) -> dict:
         first = self.first_divergence
@@ -108,8 +110,11 @@ class LayerComparison:
             if records:
                 lines.append(f"{label}: " + ", ".join(f"{r.name} {list(r.shape)}" for r in records))
         first = self.first_divergence
-        if first is None:
+        if first is None and self.ok:
             lines.append("no layer diverges")
+        elif first is None:
+            lines.append("no matched pair diverges, but the records listed above have no partner (a layer in one "
+                         "run only, or a capture cut short): compare the structure, or pass --mapping")
         else:
             lines.append(f"first divergence: {first.record_a.name} ({first.record_a.kind}, order "
                          f"{first.record_a.order}) vs {first.record_b.name}: {first.result.verdict}: "
