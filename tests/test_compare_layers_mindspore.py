@@ -63,6 +63,9 @@ def test_recorder_matches_pytorch_on_every_layer_in_both_modes(torch_reference, 
                                                                     "parameter-gradient"}
         assert not model.unmatched_a and not model.unmatched_b
     assert model.ok, model.format()
+    # Model.train over TrainOneStepCell(return_grad=True): forward outputs and gradients, in both modes
+    with_grads = compare_layers(tmp_path / "model_grads", reference, kinds=("forward-output", "parameter-gradient"))
+    assert len(with_grads.pairs) == 28 and with_grads.ok, with_grads.format()
     # a custom loop passing value_and_grad's gradients: everything, in both modes
     loop = compare_layers(tmp_path / "loop", reference)
     assert len(loop.pairs) == 42 and not loop.unmatched_a and not loop.unmatched_b

@@ -17,10 +17,11 @@ What is captured:
   twice recorded separately (``relu``, ``relu#1``); tuple outputs as ``name.0``, ``name.1``;
 * parameter values at the start of a captured step (``record_parameters=True``);
 * parameter gradients: in a custom loop from the gradients you pass to :meth:`record_gradients` (e.g. those
-  ``value_and_grad`` returned), in any mode; under ``Model.train`` in PyNative mode from the optimizer's input (a
-  forward pre-hook on the optimizer). Not under ``Model.train`` in GRAPH_MODE: a hook on the optimizer cannot be
-  compiled there (MindSpore 2.10 reports a graph cycle), so gradients are not recorded and the recorder says so
-  once in a warning.
+  ``value_and_grad`` returned), in any mode; under ``Model.train`` from the step's outputs when the train network
+  is ``nn.TrainOneStepCell(..., return_grad=True)`` (any mode), else in PyNative from the optimizer's input (a
+  forward pre-hook on the optimizer). Otherwise not under ``Model.train`` in GRAPH_MODE: a hook on the optimizer
+  cannot be compiled there (MindSpore 2.10 reports a graph cycle), so gradients are not recorded and the recorder
+  says so once in a warning.
 """
 from __future__ import annotations
 
@@ -161,7 +162,8 @@ class LayerRecorder(Callback, FrameworkRecorder):
             return True
         if ms.get_context("mode") == ms.GRAPH_MODE:
             warnings.warn("LayerRecorder: parameter gradients are not recorded under Model.train in GRAPH_MODE "
-                          "(a hook on the optimizer cannot be compiled); use PyNative, or a custom loop with "
+                          "(a hook on the optimizer cannot be compiled); to record them, train "
+                          "Model(nn.TrainOneStepCell(..., return_grad=True)), or use a custom loop with "
                           "record_gradients()", RuntimeWarning, stacklevel=2)
             return False
         self._parameters = list(optimizer.parameters)
@@ -189,7 +191,10 @@ class LayerRecorder(Callback, FrameworkRecorder):
 
     # --- Model.train --------------------------------------------------------------------------------------------
     def on_train_begin(self, run_context) -> None:
-        optimizer = getattr(run_context.original_args(), "optimizer", None)
+        cb_params = run_context.original_args()
+        if getattr(getattr(cb_params, "train_network", None), "return_grad", False):
+            return  # the gradients come with each step's outputs
+        optimizer = getattr(cb_params, "optimizer", None)
         if optimizer is not None:
             self.hook_optimizer(optimizer)
 
@@ -197,6 +202,11 @@ class LayerRecorder(Callback, FrameworkRecorder):
         self.begin_step(run_context.original_args().cur_step_num)
 
     def on_train_step_end(self, run_context) -> None:
+        outputs = getattr(run_context.original_args(), "net_outputs", None)
+        if self.session.capturing and isinstance(outputs, (tuple, list)) and len(outputs) == 2 \
+                and isinstance(outputs[1], dict):  # TrainOneStepCell(return_grad=True): (loss, {name: gradient})
+            for name, gradient in outputs[1].items():
+                self.session.add(name, PARAMETER_GRADIENT, self.to_numpy(gradient))
         self.end_step()
 
     def on_train_end(self, run_context) -> None:

@@ -1,8 +1,9 @@
 """Train the migration example's LeNet-BN port for a few steps from PyTorch weights and capture one step's layers.
 
 ``python layer_capture_train.py MODE WEIGHTS.pth OUT_DIR [STEPS] [CAPTURE_STEP]``: MODE is ``graph`` or
-``pynative``. Writes two captures: ``OUT_DIR/model`` (``Model.train`` with the recorder as a callback) and
-``OUT_DIR/loop`` (a custom loop passing ``value_and_grad``'s gradients to ``record_gradients``). Prints each
+``pynative``. Writes three captures: ``OUT_DIR/model`` (``Model.train`` with the recorder as a callback, with
+parameters), ``OUT_DIR/model_grads`` (``Model.train`` over ``TrainOneStepCell(return_grad=True)``) and
+``OUT_DIR/loop`` (a custom loop passing ``value_and_grad``'s gradients to ``record_gradients``, with parameters). Prints each
 capture's record count, and ``GRADIENT-WARNING`` if the recorder warned that it cannot record gradients.
 """
 from __future__ import annotations
@@ -44,6 +45,12 @@ with warnings.catch_warnings(record=True) as caught:
 if any("gradients are not recorded" in str(w.message) for w in caught):
     print("GRADIENT-WARNING")
 print("model records", len(recorder.session.writer.records))
+
+net, loss_fn, optimizer = network()  # Model.train over a train cell that returns its gradients: any mode
+recorder = LayerRecorder(net, out / "model_grads", steps=[capture_step])
+train_cell = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), optimizer, return_grad=True)
+Model(train_cell).train(1, make_dataset(steps, 32), callbacks=[recorder])
+print("model_grads records", len(recorder.session.writer.records))
 
 net, loss_fn, optimizer = network()
 recorder = LayerRecorder(net, out / "loop", steps=[capture_step], record_parameters=True)
