@@ -44,31 +44,9 @@ def lenet_dump_rerun(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def lenet_dump_shifted(tmp_path_factory) -> Path:
-    return _dump(tmp_path_factory.mktemp("lenet_shifted"), """
-        import mindspore as ms
-        from mindspore import nn
-        from mindspore.train import Model
-        ms.set_context(mode=ms.GRAPH_MODE)
-        import lenet
-        from lenet import make_dataset
-
-        base = type(lenet.make_lenet())
-
-        class ShiftedLeNet(base):
-            def construct(self, x):
-                x = self.max_pool2d(self.relu(self.relu(self.conv1(x))))   # one more ReLU: same values
-                x = self.max_pool2d(self.relu(self.conv2(x)))
-                x = self.flatten(x)
-                x = self.relu(self.fc1(x))
-                x = self.relu(self.fc2(x))
-                return self.fc3(x)
-
-        ms.set_seed(1)
-        network = ShiftedLeNet()
-        loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-        optimizer = nn.Momentum(network.trainable_params(), learning_rate=0.01, momentum=0.9)
-        Model(network, loss_fn, optimizer).train(1, make_dataset(num_batches=1), dataset_sink_mode=False)
-    """)
+    script = Path(__file__).parent / "scripts" / "shifted_lenet_train.py"
+    return _dump(tmp_path_factory.mktemp("lenet_shifted"),
+                 f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,8 @@ Built on the dump reader (``DumpDir`` lists the files, ``GraphIndex`` ties them 
 lines and the execution order); values are read with the header-checked ``npy.load`` and compared with
 :func:`msdebug_hooks.compare.metrics.compare_arrays`.
 
-Matching, per rank and graph: nodes are grouped by scope without the op id, op type and kind (``.../relu-ReLU/ReLU``
-for ``.../relu-ReLU/ReLU-op2``). A group whose full names are the same in both dumps pairs by name. Otherwise (a layer
+Matching, per rank and graph: nodes are grouped by scope without the op id and the cells' class names, op type and
+kind (``.../_backbone/relu/ReLU`` for ``.../_backbone-LeNet5/relu-ReLU/ReLU-op2``). A group whose full names are the same in both dumps pairs by name. Otherwise (a layer
 added or removed moves the op ids) the group pairs in execution order, each node of A with the next node of B whose
 output shapes are the same; what is left over is reported as unmatched.
 
@@ -183,8 +183,15 @@ def _order_key(info: NodeInfo) -> tuple:
     return (info.order_group, info.exec_index if info.exec_index is not None else -1, info.name)
 
 
+def scope_key(name: str) -> str:
+    """A node's scope without op id and cell class names: ``Default/network-WithLossCell/_backbone-LeNet5/relu-ReLU/
+    ReLU-op2`` -> ``Default/network/_backbone/relu/ReLU``. Attribute names identify a cell; its class may be renamed."""
+    parts = _OP_ID.sub("", name).split("/")
+    return "/".join([part.split("-", 1)[0] for part in parts[:-1]] + parts[-1:])
+
+
 def _group_key(info: NodeInfo) -> tuple[str, str, str]:
-    return (info.node_type, _OP_ID.sub("", info.name), info.op_type)
+    return (info.node_type, scope_key(info.name), info.op_type)
 
 
 class _Side:
