@@ -29,6 +29,7 @@ dozen numpy calls; the counts behind the shares are skipped when the chunk's max
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from dataclasses import asdict, dataclass
@@ -147,13 +148,24 @@ def _shape(shape: Any) -> tuple[int, ...] | None:
 
 # --- input checks ---------------------------------------------------------------------------------------------------
 
+_dtype_names: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name``, cached: numpy builds the string on every access (tens of us per call under load)."""
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = dtype.name
+    return name
+
+
 def _as_array(value: Any) -> np.ndarray | str:
     try:
         arr = np.asarray(value)
     except Exception as exc:  # noqa: BLE001 - any object may come in; it is reported, never raised
         return f"not an array ({type(exc).__name__}: {exc})"
-    if arr.dtype.name not in _SUPPORTED_NAMES:
-        return f"dtype {arr.dtype.name} is not numeric (supported: bool, int8-64, uint8-64, float16, bfloat16, " \
+    if _dtype_name(arr.dtype) not in _SUPPORTED_NAMES:
+        return f"dtype {_dtype_name(arr.dtype)} is not numeric (supported: bool, int8-64, uint8-64, float16, bfloat16, " \
                f"float32, float64)"
     return arr
 
@@ -162,7 +174,7 @@ def _comparability(a: np.ndarray, b: np.ndarray, tol: Tolerance) -> str:
     """'' when comparable, else the reason."""
     if a.shape != b.shape:
         return f"shapes differ: {list(a.shape)} vs {list(b.shape)}"
-    da, db = a.dtype.name, b.dtype.name
+    da, db = _dtype_name(a.dtype), _dtype_name(b.dtype)
     if da == db:
         return ""
     if da in _FLOAT_NAMES and db in _FLOAT_NAMES and tol.compare_across_float_dtypes:
@@ -187,9 +199,10 @@ def _buffers(size: int) -> tuple[np.ndarray, ...]:
 
 def _load(out: np.ndarray, part: np.ndarray) -> np.ndarray:
     """``part`` as float64 in ``out`` (exact for every supported dtype but int64/uint64 beyond 2**53)."""
-    if part.dtype.name == "bfloat16":
+    name = _dtype_name(part.dtype)
+    if name == "bfloat16":
         np.copyto(out, bfloat16_to_float32(part))
-    elif part.dtype == np.float64:
+    elif name == "float64":
         return part  # already float64: read in place
     else:
         np.copyto(out, part, casting="unsafe")
@@ -306,7 +319,9 @@ def _walk(a: np.ndarray, b: np.ndarray, tol: Tolerance) -> _Totals:
     chunk = min(CHUNK_ELEMENTS, n)
     bufa, bufb, bufd, bufr, bufm = _buffers(chunk)
     totals = _Totals()
-    with single_threaded_blas(), np.errstate(invalid="ignore", over="ignore"):  # Inf-Inf is handled, not warned
+    # OpenBLAS only spreads dots of more than 10 000 elements over threads: small tensors skip the switch
+    blas = single_threaded_blas() if n > 10_000 else contextlib.nullcontext()
+    with blas, np.errstate(invalid="ignore", over="ignore"):  # Inf-Inf is handled, not warned
         for start in range(0, n, chunk):
             stop = min(start + chunk, n)
             k = stop - start
@@ -370,7 +385,8 @@ def compare_arrays(actual: Any, reference: Any, tolerance: Tolerance | None = No
     if why:
         return not_comparable(why, shape_a=a.shape, shape_b=b.shape, dtype_a=a.dtype.name, dtype_b=b.dtype.name)
     n = int(a.size)
-    base = dict(shape_a=tuple(a.shape), shape_b=tuple(b.shape), dtype_a=a.dtype.name, dtype_b=b.dtype.name, count=n)
+    base = dict(shape_a=tuple(a.shape), shape_b=tuple(b.shape), dtype_a=_dtype_name(a.dtype),
+                dtype_b=_dtype_name(b.dtype), count=n)
     if n == 0:
         return TensorComparison(PASS, "both empty", **base, nan_inf_mismatch=0)
     t = _walk(a, b, tol)
@@ -388,5 +404,5 @@ def compare_arrays(actual: Any, reference: Any, tolerance: Tolerance | None = No
     )
     verdict, reason = _verdict(c, n, tol)
     if a.dtype != b.dtype:
-        reason += f" (dtypes {a.dtype.name} vs {b.dtype.name}, compared in float64)"
+        reason += f" (dtypes {base['dtype_a']} vs {base['dtype_b']}, compared in float64)"
     return TensorComparison(verdict, reason, **base, **c)
