@@ -193,3 +193,16 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path):
     assert proc.returncode == 2
     assert 'pip install "msdebug-hooks[plot]"' in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+def test_comparison_core_never_imports_mindspore_or_torch(tmp_path):
+    a = _records(tmp_path / "a.jsonl", [2.0, 1.9])
+    proc = run_python(f"""
+        import sys
+        import msdebug_hooks
+        from msdebug_hooks import DumpComparer, LossWriter, Tolerance, compare_arrays, compare_losses, read_losses
+        from msdebug_hooks.cli import main
+        code = main(["compare-loss", {str(a)!r}, {str(a)!r}])
+        print(code, "mindspore" in sys.modules, "torch" in sys.modules)
+    """)
+    assert proc.stdout.strip().splitlines()[-1] == "0 False False"
