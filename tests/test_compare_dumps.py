@@ -66,6 +66,8 @@ def test_changed_layer_is_named_with_its_source_line(two_runs_example, tmp_path,
     assert saved["first_divergence"]["node_a"] == first.node_a and len(saved["pairs"]) == len(rows)
     # and the example told the story
     assert f"the runs part at step {step}" in story and "first diverging operator" in story
+    assert f"the story: the losses part at step {step}" in story and "input 1 (fc2.weight) already differed" in story
+    assert (workdir / "loss.png").is_file()
 
 
 def test_identical_runs_pass_every_pair(lenet_dump, lenet_dump_rerun, capsys):

@@ -18,6 +18,7 @@ Each run is its own process: MindSpore reads a dump config once per process. Abo
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -105,7 +106,8 @@ def main() -> int:
     print(f"1. two runs of LeNet, {args.steps} steps; run B rescales fc2's weight after step {args.change_after}")
     losses_a = run_worker("a", workdir, args.steps, -1)
     losses_b = run_worker("b", workdir, args.steps, args.change_after)
-    code = msdebug("compare-loss", str(losses_b), str(losses_a), "--rtol", "1e-3")
+    plot = ["--plot", str(workdir / "loss.png")] if importlib.util.find_spec("matplotlib") else []
+    code = msdebug("compare-loss", str(losses_b), str(losses_a), "--rtol", "1e-3", *plot)
     if code != 1:
         print("the runs did not part: nothing to look for")
         return code
@@ -121,7 +123,20 @@ def main() -> int:
     code = msdebug("compare-dumps", str(workdir / "b" / "dump"), str(workdir / "a" / "dump"),
                    "--csv", str(workdir / "pairs.csv"))
     print(f"\nevery tensor pair is in {workdir / 'pairs.csv'}")
-    return 0 if code == 1 else 1   # the example succeeds when compare-dumps found the change
+    if code != 1:
+        return 1   # the example succeeds when compare-dumps finds the change
+
+    from msdebug_hooks.compare import DumpComparer
+
+    first = DumpComparer(workdir / "b" / "dump", workdir / "a" / "dump").compare(progress=False).first_divergence
+    print(f"\nthe story: the losses part at step {step}; in the dump of that step (iteration {first.iteration}) the "
+          f"first operator whose output differs is {first.op_type} {first.node_a.rsplit('/', 2)[-2]}, from\n  "
+          f"{first.source_a}")
+    if first.inputs_differed:
+        print(f"and {', '.join(first.differing_inputs)} already differed while its other inputs agreed: fc2's "
+              f"weight changed between step {step - 1} and step {step}, outside the graph - the WeightClipping "
+              f"callback of run B")
+    return 0
 
 
 if __name__ == "__main__":

@@ -42,6 +42,11 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def _short(name: str, width: int = 72) -> str:
+    """Long scope names keep their informative end."""
+    return name if len(name) <= width else "..." + name[-(width - 3):]
+
+
 def _metric(value) -> str:
     return "-" if value is None else f"{value:.6g}"
 
@@ -106,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if shown:
         print(f"pairs that did not pass ({len(diverging)}; in execution order):")
         rows = [("iter", "node", "io", "slot", "verdict", "cosine", "max rel", "reason")]
-        rows += [(str(p.iteration), p.node_a, p.io, str(p.slot), p.comparison.verdict,
+        rows += [(str(p.iteration), _short(p.node_a), p.io, str(p.slot), p.comparison.verdict,
                   _metric(p.comparison.cosine), _metric(p.comparison.max_rel_error), p.comparison.reason)
                  for p in shown]
         widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]))]

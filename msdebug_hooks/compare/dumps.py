@@ -101,9 +101,9 @@ class Divergence:
 
     @property
     def verdict(self) -> str:
-        worst = max(self.outputs, key=lambda p: (ERROR, WARNING, PASS).index(p.comparison.verdict)
-                    if p.comparison.verdict in (ERROR, WARNING, PASS) else -1)
-        return worst.comparison.verdict
+        """The worst verdict among its outputs."""
+        verdicts = {p.comparison.verdict for p in self.outputs}
+        return next(v for v in (ERROR, WARNING, NOT_COMPARABLE, PASS) if v in verdicts)
 
     def explanation(self) -> str:
         if self.inputs_differed is None:
