@@ -206,3 +206,30 @@ def test_comparison_core_never_imports_mindspore_or_torch(tmp_path):
         print(code, "mindspore" in sys.modules, "torch" in sys.modules)
     """)
     assert proc.stdout.strip().splitlines()[-1] == "0 False False"
+
+
+def test_loss_writer_from_a_pytorch_loop(tmp_path, capsys):
+    torch = pytest.importorskip("torch", reason="the PyTorch side needs torch (test extra)")
+
+    def train(directory, lr):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        data = torch.randn(8, 4, generator=torch.Generator().manual_seed(1))
+        target = data.sum(dim=1, keepdim=True)
+        with LossWriter(directory, rank=0) as losses:
+            for step in range(1, 5):
+                optimizer.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(data), target)
+                loss.backward()
+                optimizer.step()
+                losses.write(step, loss, epoch=1)      # a 0-d tensor is taken as it is
+        return directory
+
+    same = train(tmp_path / "torch_a", 0.1)
+    again = train(tmp_path / "torch_b", 0.1)
+    other_lr = train(tmp_path / "torch_c", 0.2)
+    assert main(["compare-loss", str(again), str(same)]) == 0
+    assert main(["compare-loss", str(other_lr), str(same)]) == 1
+    out = capsys.readouterr().out
+    assert "first step beyond tolerance: 2 " in out and "steps up to 1 agree" in out
