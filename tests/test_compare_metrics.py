@@ -172,3 +172,33 @@ def test_as_dict_is_plain():
     d = compare_arrays(np.ones((2, 2)), np.ones((2, 2))).as_dict()
     assert d["shape_a"] == [2, 2] and d["verdict"] == "pass" and set(d) >= {"cosine", "max_rel_error",
                                                                               "nan_inf_mismatch", "reason"}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int32])
+def test_chunked_fast_path_matches_the_float64_definitions(dtype):
+    # no NaN/Inf: every chunk takes the fast path (float32 work for float32/float16, float64 for float64/int32)
+    rng = np.random.default_rng(7)
+    n = 2 * metrics.CHUNK_ELEMENTS + 333
+    b = (rng.standard_normal(n) * 100).astype(dtype)
+    a = (b.astype(np.float64) * (1 + rng.uniform(-0.01, 0.01, n))).astype(dtype)
+    a[:100] = b[:100]                                   # some exact agreement
+    a[100] = b[100] = 0                                 # a zero reference
+    r = compare_arrays(a, b)
+    expected = _reference_metrics(a, b)
+    for name in ("max_abs_error", "max_rel_error"):
+        assert getattr(r, name) == pytest.approx(expected[name], rel=1e-6), name
+    for name in ("mean_abs_error", "euclidean_distance"):
+        assert getattr(r, name) == pytest.approx(expected[name], rel=1e-5), name
+    assert r.cosine == pytest.approx(expected["cosine"], abs=1e-6)
+    for name in ("share_within_0_1_percent", "share_within_0_5_percent", "allclose_share"):
+        assert getattr(r, name) == pytest.approx(expected[name], abs=3 / n), name   # float32 rounding at the edge
+
+
+def test_float32_overflow_in_squares_falls_back_to_float64():
+    b = np.full(100, 3e30, np.float32)                  # squares overflow float32, not float64
+    r = compare_arrays(b.copy(), b)
+    assert r.verdict == PASS and r.cosine == 1.0
+    a = b.copy()
+    a[0] = -3e30
+    r = compare_arrays(a, b)
+    assert r.max_abs_error == pytest.approx(6e30, rel=1e-6) and r.cosine == pytest.approx(0.98, abs=1e-6)

@@ -26,6 +26,10 @@ _EXPORTS = {
     "compare_losses": "msdebug_hooks.compare.loss_diff",
     "LossComparison": "msdebug_hooks.compare.loss_diff",
     "plot_losses": "msdebug_hooks.compare.loss_plot",
+    "DumpComparer": "msdebug_hooks.compare.dumps",
+    "DumpComparison": "msdebug_hooks.compare.dumps",
+    "TensorPair": "msdebug_hooks.compare.dumps",
+    "Divergence": "msdebug_hooks.compare.dumps",
     # a MindSpore callback: imports MindSpore
     "LossRecorder": "msdebug_hooks.compare.loss_recorder",
 }

@@ -105,6 +105,8 @@ class LossWriter:
 def _json_float(value: Optional[float]) -> Any:
     if value is None:
         return None
+    if hasattr(value, "item"):      # a 0-d tensor of any framework, or a numpy scalar: read without autograd noise
+        value = value.item()
     value = float(value)
     return value if math.isfinite(value) else str(value)  # JSON has no NaN: "nan", "inf", "-inf"
 

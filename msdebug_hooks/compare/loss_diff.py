@@ -29,6 +29,10 @@ class StepDifference:
     parted: bool
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
 @dataclass(frozen=True)
 class LossComparison:
     """The result of comparing run ``a`` with the reference run ``b``."""
@@ -56,8 +60,7 @@ class LossComparison:
 
     @property
     def mean_abs_error(self) -> float:
-        values = self._finite("abs_error")
-        return sum(values) / len(values) if values else math.nan
+        return _mean(self._finite("abs_error"))
 
     @property
     def max_rel_error(self) -> float:
@@ -65,8 +68,7 @@ class LossComparison:
 
     @property
     def mean_rel_error(self) -> float:
-        values = self._finite("rel_error")
-        return sum(values) / len(values) if values else math.nan
+        return _mean(self._finite("rel_error"))
 
     def reading(self) -> str:
         """What the first parting step means, in the words of the comparison workflow."""
