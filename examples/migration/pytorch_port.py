@@ -30,8 +30,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-import numpy as np  # noqa: E402
-
 from lenet import synthetic_batches  # noqa: E402
 from lenet_bn_mindspore import BN_MOMENTUM  # noqa: E402
 
