@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import ROOT, fresh_env  # noqa: E402
 from msdebug_hooks.cli import main  # noqa: E402
-from msdebug_hooks.compare.layer_capture import CaptureWriter, read_capture  # noqa: E402
+from msdebug_hooks.compare.layer_capture import CaptureWriter, StepRecorder, read_capture  # noqa: E402
 from msdebug_hooks.compare.layers import compare_layers  # noqa: E402
 from msdebug_hooks.compare.naming import canonical_name, load_name_mapping  # noqa: E402
 from torch_training import make_lenet_bn_torch, train_and_capture  # noqa: E402
@@ -258,3 +258,22 @@ def test_importing_the_compare_package_imports_neither_torch_nor_mindspore():
     env = dict(fresh_env(), PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_a_step_cut_short_or_unwritable_leaves_a_readable_capture(tmp_path):
+    target = tmp_path / "capture"
+    target.mkdir()
+    (target / "step_2").write_text("in the way")  # the step's directory cannot be made: every write there fails
+    with pytest.warns(RuntimeWarning, match="cannot write 'conv1' of step 2 .* the rest of this step is not captured"):
+        train_and_capture(target, steps=(1, 2, 3), num_steps=3)  # training goes on
+    assert read_capture(target).steps == [1, 3]
+    with pytest.raises(FileExistsError, match="already holds a layer capture"):
+        StepRecorder(target, "pytorch")  # a second run never overwrites the first one's manifest
+    recorder = StepRecorder(tmp_path / "partial", "pytorch")
+    recorder.begin_step(1)
+    recorder.add("conv1", "forward-output", np.ones((2, 2), np.float32))
+    recorder.end_step()
+    recorder.begin_step(2)
+    recorder.add("conv1", "forward-output", np.ones((2, 2), np.float32))
+    # the process dies in step 2, before end_step: the manifest lists the finished steps only
+    assert read_capture(tmp_path / "partial").steps == [1]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -139,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     ms.set_context(mode=ms.PYNATIVE_MODE if args.pynative else ms.GRAPH_MODE)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="pytorch_port_"))
     runs = {name: root / name for name in ("torch", "port", "torch_capture", "port_capture", "port_fixed")}
-    for path in runs.values():
-        path.mkdir(parents=True, exist_ok=True)
+    for path in runs.values():  # each run starts empty (loss records append; captures refuse to overwrite)
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
 
     print("1. Same initial weights: PyTorch's, converted through the naming map")
     train_torch(runs["torch"], args.steps)

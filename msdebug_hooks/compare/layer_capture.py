@@ -84,6 +84,9 @@ class CaptureWriter:
         self.directory = Path(directory).expanduser()
         self.framework = framework
         self.records: list[LayerRecord] = []
+        if (self.directory / MANIFEST).exists():  # a second run would overwrite the first one's manifest
+            raise FileExistsError(f"{self.directory} already holds a layer capture ({MANIFEST}): write each run "
+                                  f"into a new directory")
         self.directory.mkdir(parents=True, exist_ok=True)
 
     @property
@@ -132,7 +135,8 @@ class StepRecorder:
         return self.steps is None or int(step) in self.steps
 
     def begin_step(self, step: int) -> bool:
-        """Start capturing ``step`` if it is selected; return whether it is."""
+        """Start capturing ``step`` if it is selected; return whether it is. A step still open is finished first."""
+        self.end_step()
         self.current_step = int(step) if self.wants(step) else None
         self._order = 0
         self._calls = {}
