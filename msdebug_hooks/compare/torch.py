@@ -92,10 +92,11 @@ LayerRecorder = TorchLayerRecorder
 def load_state_dict(path: PathLike) -> dict:
     """The tensors of a ``.pth``/``.pt`` file as ``{name: numpy array}``.
 
-    Accepts a state dict, a whole pickled module, or a training checkpoint holding one under ``state_dict``,
-    ``model_state_dict`` or ``model``. Loads with ``weights_only=True`` (no code from the file runs), falling back
-    to a full load only for a pickled module. Raises ``ImportError`` naming the extra when PyTorch is missing.
+    Accepts a state dict or a training checkpoint holding one under ``state_dict``, ``model_state_dict`` or
+    ``model``. Loads with ``weights_only=True``, so no code from the file runs; a whole pickled module is refused
+    (save its ``state_dict()`` instead). Raises ``ImportError`` naming the extra when PyTorch is missing.
     """
+    import re
     from pathlib import Path
 
     from msdebug_hooks.errors import ConfigError
@@ -107,10 +108,15 @@ def load_state_dict(path: PathLike) -> dict:
     try:
         loaded = torch.load(str(target), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad file; all are "not readable"
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # torch colours its messages
+        if "Weights only load failed" in text:
+            detail = "it holds pickled Python objects (e.g. a whole module): save model.state_dict() instead"
+        elif isinstance(exc, EOFError):
+            detail = "the file is empty or cut short"
+        else:
+            detail = (text.splitlines() or [type(exc).__name__])[0][:200]
         raise ConfigError("checkpoint", str(path), "a PyTorch .pth file torch.load can read (weights only)",
-                          detail=str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__) from None
-    if hasattr(loaded, "state_dict") and callable(loaded.state_dict):
-        loaded = loaded.state_dict()
+                          detail=detail) from None
     if isinstance(loaded, dict):
         for key in ("state_dict", "model_state_dict", "model"):
             if isinstance(loaded.get(key), dict):
