@@ -16,6 +16,7 @@ from msdebug_hooks.cli import main  # noqa: E402
 from msdebug_hooks.compare.layer_capture import CaptureWriter, StepRecorder, read_capture  # noqa: E402
 from msdebug_hooks.compare.layers import compare_layers  # noqa: E402
 from msdebug_hooks.compare.naming import canonical_name, load_name_mapping  # noqa: E402
+from msdebug_hooks.compare.torch import TorchLayerRecorder  # noqa: E402
 from torch_training import make_lenet_bn_torch, train_and_capture  # noqa: E402
 
 LAYERS = ["conv1", "bn1", "relu", "pool", "conv2", "bn2", "relu#1", "pool#1", "flatten", "fc1", "relu#2", "fc2",
@@ -277,3 +278,25 @@ def test_a_step_cut_short_or_unwritable_leaves_a_readable_capture(tmp_path):
     recorder.add("conv1", "forward-output", np.ones((2, 2), np.float32))
     # the process dies in step 2, before end_step: the manifest lists the finished steps only
     assert read_capture(tmp_path / "partial").steps == [1]
+
+
+def test_tuple_outputs_and_chosen_containers_are_recorded(tmp_path):
+    class Recurrent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh())
+            self.lstm = torch.nn.LSTM(8, 5, batch_first=True)
+
+        def forward(self, x):
+            return self.lstm(self.encoder(x))
+
+    model = Recurrent()
+    recorder = TorchLayerRecorder(model, tmp_path / "capture", containers=["encoder"])
+    with recorder.step(0):
+        model(torch.ones(2, 3, 4))
+    records = read_capture(tmp_path / "capture").step_records(0)
+    assert [(r.name, r.shape) for r in records] == [
+        ("encoder.0", (2, 3, 8)), ("encoder.1", (2, 3, 8)), ("encoder", (2, 3, 8)),
+        ("lstm.0", (2, 3, 5)), ("lstm.1.0", (1, 2, 5)), ("lstm.1.1", (1, 2, 5))]
+    with pytest.raises(ValueError, match=r"containers=\['decoder'\] is not allowed"):
+        TorchLayerRecorder(model, tmp_path / "other", containers=["decoder"])
