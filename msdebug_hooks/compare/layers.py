@@ -119,7 +119,21 @@ class LayerComparison:
             lines.append(f"first divergence: {first.record_a.name} ({first.record_a.kind}, order "
                          f"{first.record_a.order}) vs {first.record_b.name}: {first.result.verdict}: "
                          f"{first.result.reason}")
+            lines.append(self._reading(first))
         return "\n".join(lines)
+
+    def _reading(self, first: LayerPair) -> str:
+        """What the first divergence says about where to look."""
+        name = first.record_a.name
+        if first.record_a.kind != FORWARD_OUTPUT:
+            return (f"every forward output agrees; {first.record_a.kind} {name} differs: look at the backward pass "
+                    f"or the update of that parameter")
+        earlier = [pair for pair in self.pairs
+                   if pair.record_a.kind == FORWARD_OUTPUT and pair.record_a.order < first.record_a.order]
+        if not earlier:
+            return f"the first recorded layer already differs: check the inputs, then {name} itself"
+        return (f"the {len(earlier)} layer output(s) before it agree: the difference starts in {name} (its "
+                f"computation, its parameters, or state such as BatchNorm running statistics)")
 
 
 def _num(value: Optional[float], spec: str) -> str:

@@ -3,8 +3,9 @@
 ``python layer_capture_train.py MODE WEIGHTS.pth OUT_DIR [STEPS] [CAPTURE_STEP]``: MODE is ``graph`` or
 ``pynative``. Writes three captures: ``OUT_DIR/model`` (``Model.train`` with the recorder as a callback, with
 parameters), ``OUT_DIR/model_grads`` (``Model.train`` over ``TrainOneStepCell(return_grad=True)``) and
-``OUT_DIR/loop`` (a custom loop passing ``value_and_grad``'s gradients to ``record_gradients``, with parameters). Prints each
-capture's record count, and ``GRADIENT-WARNING`` if the recorder warned that it cannot record gradients.
+``OUT_DIR/loop`` (a custom loop passing ``value_and_grad``'s gradients to ``record_gradients``, with parameters).
+Prints each capture's record count, and ``GRADIENT-WARNING`` if the recorder warned that it cannot record
+gradients.
 """
 from __future__ import annotations
 
