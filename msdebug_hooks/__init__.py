@@ -59,6 +59,21 @@ _EXPORTS = {
     # checkpoint-file checks (numpy; MindSpore imported when a file is loaded)
     "compare_checkpoints": "msdebug_hooks.ckpt",
     "scan_checkpoint": "msdebug_hooks.ckpt",
+    # precision comparison (numpy only; LossRecorder imports MindSpore)
+    "compare_arrays": "msdebug_hooks.compare.metrics",
+    "Tolerance": "msdebug_hooks.compare.metrics",
+    "TensorComparison": "msdebug_hooks.compare.metrics",
+    "LossWriter": "msdebug_hooks.compare.loss",
+    "read_losses": "msdebug_hooks.compare.loss",
+    "compare_losses": "msdebug_hooks.compare.loss_diff",
+    "LossRecorder": "msdebug_hooks.compare.loss_recorder",
+    "DumpComparer": "msdebug_hooks.compare.dumps",
+    # layer-by-layer comparison with a PyTorch reference (LayerRecorder imports MindSpore; TorchLayerRecorder
+    # imports PyTorch when created)
+    "LayerRecorder": "msdebug_hooks.compare.mindspore_layers",
+    "TorchLayerRecorder": "msdebug_hooks.compare.torch",
+    "compare_layers": "msdebug_hooks.compare.layers",
+    "compare_weights": "msdebug_hooks.compare.weights",
     # online debugger client
     "DebuggerCallback": "msdebug_hooks.debugger.callback",
     "DistributedDebugger": "msdebug_hooks.callbacks.distributed_debugger",

@@ -60,6 +60,9 @@ from mindinsight_server import mindinsight_server, mindinsight_venv  # noqa: E40
 # Real MindSpore sync dumps (LeNet; LeNet with a NaN-making layer), trained once per session.
 from dump_fixtures import lenet_dump, nan_dump  # noqa: E402,F401
 
+# Real runs and dumps for the precision-comparison tests (two LeNet runs that part; identical and shifted dumps).
+from compare_fixtures import lenet_dump_rerun, lenet_dump_shifted, two_runs_example  # noqa: E402,F401
+
 
 @pytest.fixture(autouse=True)
 def _isolated_environ():

@@ -1,0 +1,67 @@
+"""Precision comparison: where do two runs part ways?
+
+``metrics`` (numpy only) compares two tensors. The rest of the package builds on it: loss records and their
+comparison, two MindSpore dumps compared operator by operator. Names resolve lazily, so importing this package
+imports neither MindSpore nor PyTorch.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "compare_arrays": "msdebug_hooks.compare.metrics",
+    "not_comparable": "msdebug_hooks.compare.metrics",
+    "Tolerance": "msdebug_hooks.compare.metrics",
+    "DEFAULT_TOLERANCE": "msdebug_hooks.compare.metrics",
+    "TensorComparison": "msdebug_hooks.compare.metrics",
+    "PASS": "msdebug_hooks.compare.metrics",
+    "WARNING": "msdebug_hooks.compare.metrics",
+    "ERROR": "msdebug_hooks.compare.metrics",
+    "NOT_COMPARABLE": "msdebug_hooks.compare.metrics",
+    "LossWriter": "msdebug_hooks.compare.loss",
+    "LossSeries": "msdebug_hooks.compare.loss",
+    "LossFileError": "msdebug_hooks.compare.loss",
+    "read_losses": "msdebug_hooks.compare.loss",
+    "compare_losses": "msdebug_hooks.compare.loss_diff",
+    "LossComparison": "msdebug_hooks.compare.loss_diff",
+    "plot_losses": "msdebug_hooks.compare.loss_plot",
+    "DumpComparer": "msdebug_hooks.compare.dumps",
+    "DumpComparison": "msdebug_hooks.compare.dumps",
+    "TensorPair": "msdebug_hooks.compare.dumps",
+    "Divergence": "msdebug_hooks.compare.dumps",
+    # a MindSpore callback: imports MindSpore
+    "LossRecorder": "msdebug_hooks.compare.loss_recorder",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'msdebug_hooks.compare' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+# layer captures (MindSpore / PyTorch), layer-by-layer and weight comparison
+_EXPORTS.update({
+    "read_capture": "msdebug_hooks.compare.layer_capture",
+    "CaptureError": "msdebug_hooks.compare.layer_capture",
+    "compare_layers": "msdebug_hooks.compare.layers",
+    "LayerComparison": "msdebug_hooks.compare.layers",
+    "compare_weights": "msdebug_hooks.compare.weights",
+    "WeightComparison": "msdebug_hooks.compare.weights",
+    "load_name_mapping": "msdebug_hooks.compare.naming",
+    "convert_torch_state": "msdebug_hooks.compare.naming",
+    # a MindSpore callback: imports MindSpore
+    "LayerRecorder": "msdebug_hooks.compare.mindspore_layers",
+    # imports PyTorch when created
+    "TorchLayerRecorder": "msdebug_hooks.compare.torch",
+})
+__all__ = sorted(_EXPORTS)

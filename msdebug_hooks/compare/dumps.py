@@ -1,0 +1,459 @@
+"""Compare two MindSpore sync dumps of the same network tensor by tensor and name the first operator that parts.
+
+Built on the dump reader (``DumpDir`` lists the files, ``GraphIndex`` ties them to the ``.ir`` nodes, their source
+lines and the execution order); values are read with the header-checked ``npy.load`` and compared with
+:func:`msdebug_hooks.compare.metrics.compare_arrays`.
+
+Matching, per rank and graph: nodes are grouped by scope without the op id and the cells' class names, op type and
+kind (``.../_backbone/relu/ReLU`` for ``.../_backbone-LeNet5/relu-ReLU/ReLU-op2``). A group whose full names are the same in both dumps pairs by name. Otherwise (a layer
+added or removed moves the op ids) the group pairs in execution order, each node of A with the next node of B whose
+output shapes are the same; what is left over is reported as unmatched.
+
+Order: within an iteration, graph inputs first, then operators in execution order, then weights (MindSpore dumps
+parameters after the step). The first diverging operator is the first whose output is not ``pass`` (or, with
+``diverge_at="error"``, is ``error``), with the user's source line behind it in both dumps and whether its inputs
+already differed.
+"""
+from __future__ import annotations
+
+import csv
+import io as _io
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence, Union
+
+from msdebug_hooks._files import atomic_write_text
+from msdebug_hooks.compare.metrics import (ERROR, NOT_COMPARABLE, PASS, WARNING, TensorComparison, Tolerance,
+                                           compare_arrays, not_comparable)
+from msdebug_hooks.dump import npy
+from msdebug_hooks.dump.index import CONSTANT, OPERATOR, GraphIndex, NodeInfo
+from msdebug_hooks.dump.layout import TensorFile
+from msdebug_hooks.dump.reader import DumpDir
+from msdebug_hooks.errors import ConfigError, DumpError
+
+PathLike = Union[str, Path]
+BY_NAME = "name"
+BY_ORDER = "scope+type+order+shape"
+_OP_ID = re.compile(r"-op\d+$")
+_LIBRARY_PARTS = ("site-packages", "dist-packages")
+_DIVERGE_AT = {WARNING: (WARNING, ERROR), ERROR: (ERROR,)}
+
+
+def user_source(info: Optional[NodeInfo]) -> str:
+    """``file:line  code`` of the innermost frame outside installed packages (the user's line), or ``""``."""
+    if info is None:
+        return ""
+    frames = [f for f in info.stack if not any(part in f.file_path for part in _LIBRARY_PARTS)]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f"{frame.file_path}:{frame.line_no}  {frame.code_line.strip()}"
+
+
+@dataclass(frozen=True)
+class TensorPair:
+    """One compared tensor: where it is in both dumps and the comparison."""
+
+    iteration: int
+    rank_a: int
+    rank_b: int
+    graph_id: int
+    order: int                # position in A's iteration: (group, execution index) flattened for sorting
+    node_a: str
+    node_b: str
+    op_type: str
+    io: str
+    slot: int
+    matched_by: str
+    comparison: TensorComparison
+    file_a: str = ""
+    file_b: str = ""
+
+    def as_row(self) -> dict[str, Any]:
+        row = {"iteration": self.iteration, "rank_a": self.rank_a, "rank_b": self.rank_b, "graph_id": self.graph_id,
+               "order": self.order, "node_a": self.node_a, "node_b": self.node_b, "op_type": self.op_type,
+               "io": self.io, "slot": self.slot, "matched_by": self.matched_by}
+        row.update(self.comparison.as_dict())
+        row["file_a"], row["file_b"] = self.file_a, self.file_b
+        return row
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first operator (in execution order) whose output parts, with its source lines and its inputs' state."""
+
+    iteration: int
+    rank_a: int
+    rank_b: int
+    node_a: str
+    node_b: str
+    op_type: str
+    outputs: tuple[TensorPair, ...]
+    source_a: str
+    source_b: str
+    #: True: an input already differed (the cause is upstream or in that input); False: inputs agreed, so this
+    #: operator itself computes differently; None: inputs not dumped and no producer compared
+    inputs_differed: Optional[bool]
+    differing_inputs: tuple[str, ...] = ()
+
+    @property
+    def verdict(self) -> str:
+        """The worst verdict among its outputs."""
+        verdicts = {p.comparison.verdict for p in self.outputs}
+        return next(v for v in (ERROR, WARNING, NOT_COMPARABLE, PASS) if v in verdicts)
+
+    def explanation(self) -> str:
+        if self.inputs_differed is None:
+            return "its inputs were not dumped (input_output=2): compare the operators before it"
+        if self.inputs_differed:
+            return (f"its inputs already differed ({', '.join(self.differing_inputs)}): the difference entered "
+                    f"through them (a weight, the data, or an operator that is not dumped)")
+        return "its inputs agreed: this operator itself computes differently"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "rank_a": self.rank_a, "rank_b": self.rank_b, "node_a": self.node_a,
+                "node_b": self.node_b, "op_type": self.op_type, "verdict": self.verdict,
+                "source_a": self.source_a, "source_b": self.source_b, "inputs_differed": self.inputs_differed,
+                "differing_inputs": list(self.differing_inputs), "explanation": self.explanation(),
+                "outputs": [p.as_row() for p in self.outputs]}
+
+
+@dataclass
+class DumpComparison:
+    """Every compared pair, what could not be matched, and the first divergence per (iteration, rank)."""
+
+    dump_a: str
+    dump_b: str
+    diverge_at: str
+    pairs: list[TensorPair] = field(default_factory=list)
+    unmatched_a: list[str] = field(default_factory=list)
+    unmatched_b: list[str] = field(default_factory=list)
+    divergences: list[Divergence] = field(default_factory=list)
+
+    @property
+    def first_divergence(self) -> Optional[Divergence]:
+        return self.divergences[0] if self.divergences else None
+
+    def counts(self) -> dict[str, int]:
+        out = {PASS: 0, WARNING: 0, ERROR: 0, NOT_COMPARABLE: 0}
+        for pair in self.pairs:
+            out[pair.comparison.verdict] += 1
+        return out
+
+    @property
+    def compared(self) -> int:
+        return sum(1 for p in self.pairs if p.comparison.comparable)
+
+    def exit_code(self) -> int:
+        """0: every pair compared and passed; 1: a divergence; 2: nothing compared or something could not be read."""
+        if self.divergences:
+            return 1
+        if not self.compared or self.counts()[NOT_COMPARABLE]:
+            return 2
+        return 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dump_a": self.dump_a, "dump_b": self.dump_b, "diverge_at": self.diverge_at,
+                "counts": self.counts(), "pairs_compared": self.compared,
+                "first_divergence": self.first_divergence.as_dict() if self.first_divergence else None,
+                "divergences": [d.as_dict() for d in self.divergences],
+                "unmatched_a": self.unmatched_a, "unmatched_b": self.unmatched_b,
+                "pairs": [p.as_row() for p in self.pairs]}
+
+    def write_json(self, path: PathLike) -> Path:
+        return atomic_write_text(path, json.dumps(self.to_dict(), indent=1, default=str) + "\n", mode=0o644)
+
+    def write_csv(self, path: PathLike) -> Path:
+        rows = [p.as_row() for p in self.pairs]
+        buffer = _io.StringIO()
+        fields = list(rows[0]) if rows else list(TensorPair.__dataclass_fields__)
+        writer = csv.DictWriter(buffer, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("x".join(map(str, v)) if isinstance(v, list) else v) for k, v in row.items()})
+        return atomic_write_text(path, buffer.getvalue(), mode=0o644)
+
+
+# --- matching -------------------------------------------------------------------------------------------------------
+
+def _order_key(info: NodeInfo) -> tuple:
+    return (info.order_group, info.exec_index if info.exec_index is not None else -1, info.name)
+
+
+def scope_key(name: str) -> str:
+    """A node's scope without op id and cell class names: ``Default/network-WithLossCell/_backbone-LeNet5/relu-ReLU/
+    ReLU-op2`` -> ``Default/network/_backbone/relu/ReLU``. Attribute names identify a cell; its class may be renamed."""
+    parts = _OP_ID.sub("", name).split("/")
+    return "/".join([part.split("-", 1)[0] for part in parts[:-1]] + parts[-1:])
+
+
+def _group_key(info: NodeInfo) -> tuple[str, str, str]:
+    return (info.node_type, scope_key(info.name), info.op_type)
+
+
+class _Side:
+    """One dump: its index, and output shapes of its nodes at a sample iteration (for matching)."""
+
+    def __init__(self, path: PathLike) -> None:
+        self.dump = DumpDir(path)
+        if self.dump.layout != "sync":
+            raise DumpError(self.dump.root, "a sync dump (rank_<id>/...)", detail=f"found a {self.dump.layout} dump")
+        self.index = GraphIndex(self.dump)
+
+    def nodes(self, rank: int, graph_id: int) -> list[NodeInfo]:
+        return sorted((i for i in self.index.nodes.values()
+                       if i.rank == rank and i.graph_id == graph_id and i.flat_name and i.node_type != CONSTANT),
+                      key=_order_key)
+
+    def output_shapes(self, info: NodeInfo, iteration: int) -> Optional[tuple]:
+        shapes = []
+        for slot in info.output_slots:
+            found = self.index.tensor_file(info, iteration, slot)
+            if found is None:
+                return None
+            try:
+                shapes.append(npy.read_header(found.path).shape)
+            except DumpError:
+                return None   # unreadable: matched by order alone; the comparison reports the file
+        return tuple(shapes)
+
+
+def match_nodes(nodes_a: Sequence[NodeInfo], nodes_b: Sequence[NodeInfo], shape_a, shape_b
+                ) -> tuple[list[tuple[NodeInfo, NodeInfo, str]], list[NodeInfo], list[NodeInfo]]:
+    """Pair nodes by full name where a group's names agree, else by order and output shape (see module doc)."""
+    groups_a: dict[tuple, list[NodeInfo]] = defaultdict(list)
+    groups_b: dict[tuple, list[NodeInfo]] = defaultdict(list)
+    for info in nodes_a:
+        groups_a[_group_key(info)].append(info)
+    for info in nodes_b:
+        groups_b[_group_key(info)].append(info)
+    pairs: list[tuple[NodeInfo, NodeInfo, str]] = []
+    unmatched_a: list[NodeInfo] = []
+    unmatched_b: list[NodeInfo] = []
+    for key, members_a in groups_a.items():
+        members_b = groups_b.pop(key, [])
+        if [i.name for i in members_a] == [i.name for i in members_b]:
+            pairs.extend((ia, ib, BY_NAME) for ia, ib in zip(members_a, members_b))
+            continue
+        start = 0
+        used = set()
+        for ia in members_a:
+            wanted = shape_a(ia)
+            for position in range(start, len(members_b)):
+                ib = members_b[position]
+                got = shape_b(ib)
+                if wanted is None or got is None or wanted == got:
+                    pairs.append((ia, ib, BY_ORDER))
+                    used.add(position)
+                    start = position + 1
+                    break
+            else:
+                unmatched_a.append(ia)
+        unmatched_b.extend(ib for position, ib in enumerate(members_b) if position not in used)
+    for members_b in groups_b.values():
+        unmatched_b.extend(members_b)
+    pairs.sort(key=lambda p: _order_key(p[0]))
+    return pairs, unmatched_a, unmatched_b
+
+
+# --- comparing ------------------------------------------------------------------------------------------------------
+
+def _load(found: TensorFile, side: str) -> Any:
+    try:
+        return npy.load(found.path)
+    except DumpError as exc:
+        return f"{side}: {exc}"
+    except (OSError, ValueError) as exc:
+        return f"{side}: {found.path}: cannot be read ({exc})"
+
+
+def compare_files(file_a: TensorFile, file_b: TensorFile, tolerance: Optional[Tolerance] = None) -> TensorComparison:
+    """Compare two dumped tensor files; an unreadable or truncated file is a ``not comparable`` result."""
+    a = _load(file_a, "A")
+    b = _load(file_b, "B")
+    if isinstance(a, str) or isinstance(b, str):
+        return not_comparable("; ".join(x for x in (a, b) if isinstance(x, str)),
+                              shape_a=getattr(a, "shape", None), shape_b=getattr(b, "shape", None),
+                              dtype_a=getattr(getattr(a, "dtype", None), "name", ""),
+                              dtype_b=getattr(getattr(b, "dtype", None), "name", ""))
+    return compare_arrays(a, b, tolerance)
+
+
+def _as_int_list(value: Union[None, int, Iterable[int]], name: str) -> Optional[list[int]]:
+    if value is None:
+        return None
+    items = [value] if isinstance(value, int) and not isinstance(value, bool) else list(value)
+    if not items or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in items):
+        raise ConfigError(name, value, "None, an int >= 0 or a non-empty list of them")
+    return sorted(set(items))
+
+
+class DumpComparer:
+    """Compare two sync dumps of the same network (two code versions, devices, precisions or ranks).
+
+    Args:
+        dump_a: the run under test (the dump config's ``path``, holding ``rank_<id>/``).
+        dump_b: the reference run; relative errors are taken against it.
+        tolerance: the verdict thresholds (:class:`~msdebug_hooks.compare.metrics.Tolerance`).
+        iterations: iterations to compare (default: every iteration both dumps hold).
+        ranks: ranks of A to compare (default: every rank both dumps hold).
+        rank_b: compare the selected rank of A with this rank of B (two ranks of one job: pass the same dump twice).
+        inputs: compare the dumped inputs of operators too (default True; they tell whether an input already
+            differed).
+        diverge_at: ``"warning"`` (default: any pair that does not pass) or ``"error"``.
+    """
+
+    def __init__(self, dump_a: PathLike, dump_b: PathLike, *, tolerance: Optional[Tolerance] = None,
+                 iterations: Union[None, int, Iterable[int]] = None, ranks: Union[None, int, Iterable[int]] = None,
+                 rank_b: Optional[int] = None, inputs: bool = True, diverge_at: str = WARNING) -> None:
+        if diverge_at not in _DIVERGE_AT:
+            raise ConfigError("diverge_at", diverge_at, "'warning' or 'error'")
+        if rank_b is not None and (isinstance(rank_b, bool) or not isinstance(rank_b, int) or rank_b < 0):
+            raise ConfigError("rank_b", rank_b, "None or an int >= 0")
+        self.tolerance = tolerance
+        self.iterations = _as_int_list(iterations, "iterations")
+        self.ranks = _as_int_list(ranks, "ranks")
+        if rank_b is not None and self.ranks is not None and len(self.ranks) != 1:
+            raise ConfigError("ranks", ranks, "exactly one rank of A when rank_b is given")
+        self.rank_b = rank_b
+        self.inputs = inputs
+        self.diverge_at = diverge_at
+        self._a = _Side(dump_a)
+        self._b = _Side(dump_b)
+
+    # ---- what to compare ----------------------------------------------------------------------------------------
+    def _rank_pairs(self) -> list[tuple[int, int]]:
+        ranks_a, ranks_b = self._a.dump.ranks(), self._b.dump.ranks()
+        if self.rank_b is not None:
+            if self.rank_b not in ranks_b:
+                raise ConfigError("rank_b", self.rank_b, f"a rank of {self._b.dump.root}: {ranks_b}")
+            chosen = self.ranks or ranks_a[:1]
+            if chosen[0] not in ranks_a:
+                raise ConfigError("ranks", self.ranks, f"ranks of {self._a.dump.root}: {ranks_a}")
+            return [(chosen[0], self.rank_b)]
+        common = sorted(set(ranks_a) & set(ranks_b))
+        wanted = self.ranks if self.ranks is not None else common
+        missing = [r for r in wanted if r not in common]
+        if missing or not wanted:
+            raise ConfigError("ranks", self.ranks, f"ranks in both dumps: {common} (A has {ranks_a}, B {ranks_b})")
+        return [(r, r) for r in wanted]
+
+    def _iterations(self, rank_a: int, rank_b: int, graph_id: int) -> list[int]:
+        common = sorted(set(self._a.dump.iterations(rank_a, graph_id)) & set(self._b.dump.iterations(rank_b, graph_id)))
+        return common if self.iterations is None else [i for i in common if i in self.iterations]
+
+    def _plan(self):
+        """(iteration, rank_a, rank_b, graph_id, matches) to compare, plus the unmatched names."""
+        plan, unmatched_a, unmatched_b = [], [], []
+        iterations_seen: set[int] = set()
+        for rank_a, rank_b in self._rank_pairs():
+            graphs = sorted(set(self._a.dump.graphs(rank_a)) & set(self._b.dump.graphs(rank_b)))
+            for graph_id in graphs:
+                iterations = self._iterations(rank_a, rank_b, graph_id)
+                if not iterations:
+                    continue
+                iterations_seen.update(iterations)
+                sample = iterations[0]
+                matches, only_a, only_b = match_nodes(
+                    self._a.nodes(rank_a, graph_id), self._b.nodes(rank_b, graph_id),
+                    lambda info: self._a.output_shapes(info, sample), lambda info: self._b.output_shapes(info, sample))
+                unmatched_a += [f"rank {rank_a} graph {graph_id}: {i.name}" for i in only_a]
+                unmatched_b += [f"rank {rank_b} graph {graph_id}: {i.name}" for i in only_b]
+                for iteration in iterations:
+                    plan.append((iteration, rank_a, rank_b, graph_id, matches))
+        if not iterations_seen:
+            a_iters = self._a.dump.iterations()
+            b_iters = self._b.dump.iterations()
+            raise ConfigError("iterations", self.iterations,
+                              f"iterations both dumps hold (A: {a_iters}, B: {b_iters})")
+        plan.sort(key=lambda item: (item[0], item[1], item[3]))
+        return plan, unmatched_a, unmatched_b
+
+    def _tasks(self, plan) -> list[tuple]:
+        tasks = []
+        ios = ("output", "input") if self.inputs else ("output",)
+        for iteration, rank_a, rank_b, graph_id, matches in plan:
+            for position, (ia, ib, how) in enumerate(matches):
+                for io in ios:
+                    slots_a = ia.output_slots if io == "output" else ia.input_slots
+                    slots_b = ib.output_slots if io == "output" else ib.input_slots
+                    for slot in sorted(set(slots_a) | set(slots_b)):
+                        fa = self._a.index.tensor_file(ia, iteration, slot, io) if slot in slots_a else None
+                        fb = self._b.index.tensor_file(ib, iteration, slot, io) if slot in slots_b else None
+                        if fa is None and fb is None:
+                            continue   # neither dumped it at this iteration
+                        tasks.append((iteration, rank_a, rank_b, graph_id, position, ia, ib, how, io, slot, fa, fb))
+        return tasks
+
+    # ---- run ----------------------------------------------------------------------------------------------------
+    def compare(self, *, progress: Optional[bool] = None) -> DumpComparison:
+        """Compare every matched tensor pair. ``progress``: a tqdm bar on stderr (None: only on a terminal)."""
+        from tqdm import tqdm
+
+        plan, unmatched_a, unmatched_b = self._plan()
+        tasks = self._tasks(plan)
+        result = DumpComparison(str(self._a.dump.root), str(self._b.dump.root), self.diverge_at,
+                                unmatched_a=unmatched_a, unmatched_b=unmatched_b)
+        bar = tqdm(tasks, desc="comparing tensors", unit="tensor", disable=None if progress is None else not progress,
+                   leave=False)
+        for iteration, rank_a, rank_b, graph_id, position, ia, ib, how, io, slot, fa, fb in bar:
+            if fa is None or fb is None:
+                missing = "A" if fa is None else "B"
+                comparison = not_comparable(f"{io} {slot} not dumped in {missing} at iteration {iteration}")
+            else:
+                comparison = compare_files(fa, fb, self.tolerance)
+            result.pairs.append(TensorPair(iteration, rank_a, rank_b, graph_id, position, ia.name, ib.name,
+                                           ia.op_type, io, slot, how, comparison,
+                                           str(fa.path) if fa else "", str(fb.path) if fb else ""))
+        result.divergences = self._divergences(result.pairs, plan)
+        return result
+
+    def _divergences(self, pairs: list[TensorPair], plan) -> list[Divergence]:
+        diverging = _DIVERGE_AT[self.diverge_at]
+        by_node: dict[tuple, list[TensorPair]] = defaultdict(list)
+        for pair in pairs:
+            by_node[(pair.iteration, pair.rank_a, pair.graph_id, pair.node_a)].append(pair)
+        found: dict[tuple[int, int], Divergence] = {}
+        for iteration, rank_a, rank_b, graph_id, matches in plan:
+            if (iteration, rank_a) in found:
+                continue
+            for ia, ib, _how in matches:
+                node_pairs = by_node.get((iteration, rank_a, graph_id, ia.name), [])
+                outputs = tuple(p for p in node_pairs if p.io == "output")
+                if not any(p.comparison.verdict in diverging for p in outputs):
+                    continue
+                found[(iteration, rank_a)] = self._divergence(ia, ib, outputs, node_pairs, by_node, iteration,
+                                                              rank_a, rank_b, graph_id, diverging)
+                break
+        return [found[key] for key in sorted(found)]
+
+    def _divergence(self, ia: NodeInfo, ib: NodeInfo, outputs, node_pairs, by_node, iteration: int, rank_a: int,
+                    rank_b: int, graph_id: int, diverging) -> Divergence:
+        inputs = [p for p in node_pairs if p.io == "input"]
+        differing: list[str] = []
+        inputs_differed: Optional[bool]
+        if inputs:
+            for pair in inputs:
+                if pair.comparison.verdict in diverging:
+                    differing.append(f"input {pair.slot}{self._input_label(ia, pair.slot)}")
+            inputs_differed = bool(differing)
+        else:   # inputs not dumped: look at the producers' outputs
+            producers = [by_node.get((iteration, rank_a, graph_id, name), []) for name in ia.inputs]
+            seen = [p for group in producers for p in group if p.io == "output"]
+            differing = [p.node_a for p in seen if p.comparison.verdict in diverging]
+            inputs_differed = bool(differing) if seen else None
+        return Divergence(iteration, rank_a, rank_b, ia.name, ib.name, ia.op_type, tuple(outputs),
+                          user_source(ia), user_source(ib), inputs_differed, tuple(differing))
+
+    def _input_label(self, info: NodeInfo, slot: int) -> str:
+        """`` (fc2.weight)``: the node feeding input ``slot``, through a ``Load`` to its parameter."""
+        if slot >= len(info.inputs):
+            return ""
+        name = info.inputs[slot]
+        producer = self._a.index.node(info.rank, info.graph_name, name)
+        if producer is not None and producer.op_type == "Load" and producer.inputs:
+            name = producer.inputs[0]
+        return f" ({name})"

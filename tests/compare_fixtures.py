@@ -1,0 +1,59 @@
+"""Session-wide real runs for the precision-comparison tests; each MindSpore process runs once per session.
+
+``two_runs_example``: ``examples/migration/two_mindspore_runs.py`` run as a user runs it (four trainings: A, B, and
+both again with a dump around the step where they part); its work directory holds the loss records and dumps.
+``lenet_dump_rerun``: the same training as ``lenet_dump`` (1 step), in a new process: an identical run.
+``lenet_dump_shifted``: the same LeNet with an extra ReLU after conv1 (ReLU is idempotent, so every value stays the
+same, but the op ids of the shared ``relu`` scope move by one).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, fresh_env, run_python
+
+TWO_RUNS = EXAMPLES / "migration" / "two_mindspore_runs.py"
+CHANGE_AFTER = 2     # run B rescales fc2 after step 2: step 3 is the first that parts
+
+
+def _dump(base: Path, body: str) -> Path:
+    from msdebug_hooks import DumpConfig
+
+    dump_dir = base / "dump"
+    config = DumpConfig(path=str(dump_dir), net_name="Net", iteration="all", saved_data="tensor",
+                        trans_flag=True).write(base / "dump_config.json")
+    run_python(body, env={"MINDSPORE_DUMP_CONFIG": str(config), "GLOG_v": "3"})
+    assert (dump_dir / "rank_0").is_dir(), "MindSpore wrote no dump"
+    return dump_dir
+
+
+@pytest.fixture(scope="session")
+def lenet_dump_rerun(tmp_path_factory) -> Path:
+    return _dump(tmp_path_factory.mktemp("lenet_rerun"), """
+        import mindspore as ms
+        ms.set_context(mode=ms.GRAPH_MODE)
+        from lenet import make_model, make_dataset
+        model, _ = make_model(0.01)
+        model.train(1, make_dataset(num_batches=1), dataset_sink_mode=False)
+    """)
+
+
+@pytest.fixture(scope="session")
+def lenet_dump_shifted(tmp_path_factory) -> Path:
+    script = Path(__file__).parent / "scripts" / "shifted_lenet_train.py"
+    return _dump(tmp_path_factory.mktemp("lenet_shifted"),
+                 f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+
+
+@pytest.fixture(scope="session")
+def two_runs_example(tmp_path_factory) -> tuple[Path, str]:
+    workdir = tmp_path_factory.mktemp("two_runs")
+    proc = subprocess.run([sys.executable, str(TWO_RUNS), "--workdir", str(workdir), "--steps", "5",
+                           "--change-after", str(CHANGE_AFTER)], capture_output=True, text=True, timeout=600,
+                          env=fresh_env())
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return workdir, proc.stdout
