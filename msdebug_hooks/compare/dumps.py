@@ -29,6 +29,7 @@ from msdebug_hooks._files import atomic_write_text
 from msdebug_hooks.compare.metrics import (ERROR, NOT_COMPARABLE, PASS, WARNING, TensorComparison, Tolerance,
                                            compare_arrays, not_comparable)
 from msdebug_hooks.dump import npy
+from msdebug_hooks.dump.analyzer import _as_int_list as as_int_list
 from msdebug_hooks.dump.index import CONSTANT, OPERATOR, GraphIndex, NodeInfo
 from msdebug_hooks.dump.layout import TensorFile
 from msdebug_hooks.dump.reader import DumpDir
@@ -221,9 +222,21 @@ class _Side:
         return tuple(shapes)
 
 
+def _memoized(shape_of):
+    """Each node's output shapes are read (from file headers) once."""
+    seen: dict[str, Any] = {}
+
+    def lookup(info: NodeInfo):
+        if info.name not in seen:
+            seen[info.name] = shape_of(info)
+        return seen[info.name]
+    return lookup
+
+
 def match_nodes(nodes_a: Sequence[NodeInfo], nodes_b: Sequence[NodeInfo], shape_a, shape_b
                 ) -> tuple[list[tuple[NodeInfo, NodeInfo, str]], list[NodeInfo], list[NodeInfo]]:
     """Pair nodes by full name where a group's names agree, else by order and output shape (see module doc)."""
+    shape_a, shape_b = _memoized(shape_a), _memoized(shape_b)
     groups_a: dict[tuple, list[NodeInfo]] = defaultdict(list)
     groups_b: dict[tuple, list[NodeInfo]] = defaultdict(list)
     for info in nodes_a:
@@ -282,13 +295,12 @@ def compare_files(file_a: TensorFile, file_b: TensorFile, tolerance: Optional[To
     return compare_arrays(a, b, tolerance)
 
 
-def _as_int_list(value: Union[None, int, Iterable[int]], name: str) -> Optional[list[int]]:
-    if value is None:
-        return None
-    items = [value] if isinstance(value, int) and not isinstance(value, bool) else list(value)
-    if not items or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in items):
+def _selection(value: Union[None, int, Iterable[int]], name: str) -> Optional[list[int]]:
+    """None (everything both dumps hold) or a non-empty sorted list of ints >= 0."""
+    items = as_int_list(value, name)
+    if items is not None and not items:
         raise ConfigError(name, value, "None, an int >= 0 or a non-empty list of them")
-    return sorted(set(items))
+    return None if items is None else sorted(set(items))
 
 
 class DumpComparer:
@@ -314,8 +326,8 @@ class DumpComparer:
         if rank_b is not None and (isinstance(rank_b, bool) or not isinstance(rank_b, int) or rank_b < 0):
             raise ConfigError("rank_b", rank_b, "None or an int >= 0")
         self.tolerance = tolerance
-        self.iterations = _as_int_list(iterations, "iterations")
-        self.ranks = _as_int_list(ranks, "ranks")
+        self.iterations = _selection(iterations, "iterations")
+        self.ranks = _selection(ranks, "ranks")
         if rank_b is not None and self.ranks is not None and len(self.ranks) != 1:
             raise ConfigError("ranks", ranks, "exactly one rank of A when rank_b is given")
         self.rank_b = rank_b
