@@ -5,9 +5,10 @@ lines and the execution order); values are read with the header-checked ``npy.lo
 :func:`msdebug_hooks.compare.metrics.compare_arrays`.
 
 Matching, per rank and graph: nodes are grouped by scope without the op id and the cells' class names, op type and
-kind (``.../_backbone/relu/ReLU`` for ``.../_backbone-LeNet5/relu-ReLU/ReLU-op2``). A group whose full names are the same in both dumps pairs by name. Otherwise (a layer
-added or removed moves the op ids) the group pairs in execution order, each node of A with the next node of B whose
-output shapes are the same; what is left over is reported as unmatched.
+kind (``.../_backbone/relu/ReLU`` for ``.../_backbone-LeNet5/relu-ReLU/ReLU-op2``). A group whose full names are the
+same in both dumps pairs by name. Otherwise (a layer added or removed moves the op ids, a class was renamed) the group
+pairs in execution order, each node of A with the next node of B whose output shapes are the same; what is left over
+is reported as unmatched.
 
 Order: within an iteration, graph inputs first, then operators in execution order, then weights (MindSpore dumps
 parameters after the step). The first diverging operator is the first whose output is not ``pass`` (or, with
@@ -30,7 +31,7 @@ from msdebug_hooks.compare.metrics import (ERROR, NOT_COMPARABLE, PASS, WARNING,
                                            compare_arrays, not_comparable)
 from msdebug_hooks.dump import npy
 from msdebug_hooks.dump.analyzer import _as_int_list as as_int_list
-from msdebug_hooks.dump.index import CONSTANT, OPERATOR, GraphIndex, NodeInfo
+from msdebug_hooks.dump.index import CONSTANT, GraphIndex, NodeInfo
 from msdebug_hooks.dump.layout import TensorFile
 from msdebug_hooks.dump.reader import DumpDir
 from msdebug_hooks.errors import ConfigError, DumpError
