@@ -31,7 +31,7 @@ from msdebug_hooks.compare.metrics import (ERROR, NOT_COMPARABLE, PASS, WARNING,
                                            compare_arrays, not_comparable)
 from msdebug_hooks.dump import npy
 from msdebug_hooks.dump.analyzer import _as_int_list as as_int_list
-from msdebug_hooks.dump.index import CONSTANT, GraphIndex, NodeInfo
+from msdebug_hooks.dump.index import CONSTANT, PARAMETER, GraphIndex, NodeInfo
 from msdebug_hooks.dump.layout import TensorFile
 from msdebug_hooks.dump.reader import DumpDir
 from msdebug_hooks.errors import ConfigError, DumpError
@@ -100,6 +100,8 @@ class Divergence:
     #: operator itself computes differently; None: inputs not dumped and no producer compared
     inputs_differed: Optional[bool]
     differing_inputs: tuple[str, ...] = ()
+    #: "operator", or "parameter" when the first node that parts is a graph input (the data) or a weight
+    node_type: str = "operator"
 
     @property
     def verdict(self) -> str:
@@ -108,6 +110,9 @@ class Divergence:
         return next(v for v in (ERROR, WARNING, NOT_COMPARABLE, PASS) if v in verdicts)
 
     def explanation(self) -> str:
+        if self.node_type == PARAMETER:
+            return ("it is a graph input or a weight, not an operator: the runs were fed different data or weights "
+                    "(check the data pipeline, the seeds and the checkpoint before the operators)")
         if self.inputs_differed is None:
             return "its inputs were not dumped (input_output=2): compare the operators before it"
         if self.inputs_differed:
@@ -119,7 +124,8 @@ class Divergence:
         return {"iteration": self.iteration, "rank_a": self.rank_a, "rank_b": self.rank_b, "node_a": self.node_a,
                 "node_b": self.node_b, "op_type": self.op_type, "verdict": self.verdict,
                 "source_a": self.source_a, "source_b": self.source_b, "inputs_differed": self.inputs_differed,
-                "differing_inputs": list(self.differing_inputs), "explanation": self.explanation(),
+                "differing_inputs": list(self.differing_inputs), "node_type": self.node_type,
+                "explanation": self.explanation(),
                 "outputs": [p.as_row() for p in self.outputs]}
 
 
@@ -459,7 +465,7 @@ class DumpComparer:
             differing = [p.node_a for p in seen if p.comparison.verdict in diverging]
             inputs_differed = bool(differing) if seen else None
         return Divergence(iteration, rank_a, rank_b, ia.name, ib.name, ia.op_type, tuple(outputs),
-                          user_source(ia), user_source(ib), inputs_differed, tuple(differing))
+                          user_source(ia), user_source(ib), inputs_differed, tuple(differing), ia.node_type)
 
     def _input_label(self, info: NodeInfo, slot: int) -> str:
         """`` (fc2.weight)``: the node feeding input ``slot``, through a ``Load`` to its parameter."""
