@@ -154,3 +154,27 @@ def test_bad_dump_arguments_exit_2(lenet_dump_rerun, tmp_path, capsys):
         assert message in err and "Traceback" not in err, err
     with pytest.raises(ConfigError, match="diverge_at"):
         DumpComparer(lenet_dump_rerun, lenet_dump_rerun, diverge_at="sometimes")
+
+
+def test_rank_selection_and_progress_bar(lenet_dump_rerun, capsys):
+    result = DumpComparer(lenet_dump_rerun, lenet_dump_rerun, ranks=0, rank_b=0,
+                          iterations=[0]).compare(progress=True)
+    assert result.exit_code() == 0 and {(p.rank_a, p.rank_b) for p in result.pairs} == {(0, 0)}
+    assert "comparing tensors" in capsys.readouterr().err        # tqdm's bar went to stderr
+    with pytest.raises(ConfigError, match=r"rank_b=5 is not allowed: a rank of .*: \[0\]"):
+        DumpComparer(lenet_dump_rerun, lenet_dump_rerun, rank_b=5).compare(progress=False)
+    with pytest.raises(ConfigError, match="exactly one rank of A"):
+        DumpComparer(lenet_dump_rerun, lenet_dump_rerun, ranks=[0, 1], rank_b=0)
+    outputs_only = DumpComparer(lenet_dump_rerun, lenet_dump_rerun, inputs=False).compare(progress=False)
+    assert outputs_only.pairs and all(p.io == "output" for p in outputs_only.pairs)
+
+
+def test_different_input_data_is_named_as_the_data(lenet_dump_rerun, broken_copy, capsys):
+    data = _files(broken_copy, "Parameter.inputs0.*output.0.*.npy")[0]
+    write_npy(data, np.load(data) * np.float32(2))
+    result = DumpComparer(broken_copy, lenet_dump_rerun).compare(progress=False)
+    first = result.first_divergence
+    assert first.node_a == "inputs0" and first.node_type == "parameter" and result.exit_code() == 1
+    assert "fed different data or weights" in first.explanation()
+    assert main(["compare-dumps", str(broken_copy), str(lenet_dump_rerun), "--no-progress"]) == 1
+    assert "first diverging operator (iteration 0, rank 0): Parameter inputs0" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""Two MindSpore runs of LeNet that part ways, found in three commands: compare-loss, a dump of that step, compare-dumps.
+"""Two MindSpore runs of LeNet that part ways, found in three steps: compare-loss, a dump of that step, compare-dumps.
 
 Run B has one change in one layer: a hand-written "weight clipping" callback that, after step ``CHANGE_AFTER``,
 rescales fc2's weight by 10 (think of a buggy weight-norm or a conversion that multiplies a layer once). Everything

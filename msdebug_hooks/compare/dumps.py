@@ -5,9 +5,10 @@ lines and the execution order); values are read with the header-checked ``npy.lo
 :func:`msdebug_hooks.compare.metrics.compare_arrays`.
 
 Matching, per rank and graph: nodes are grouped by scope without the op id and the cells' class names, op type and
-kind (``.../_backbone/relu/ReLU`` for ``.../_backbone-LeNet5/relu-ReLU/ReLU-op2``). A group whose full names are the same in both dumps pairs by name. Otherwise (a layer
-added or removed moves the op ids) the group pairs in execution order, each node of A with the next node of B whose
-output shapes are the same; what is left over is reported as unmatched.
+kind (``.../_backbone/relu/ReLU`` for ``.../_backbone-LeNet5/relu-ReLU/ReLU-op2``). A group whose full names are the
+same in both dumps pairs by name. Otherwise (a layer added or removed moves the op ids, a class was renamed) the group
+pairs in execution order, each node of A with the next node of B whose output shapes are the same; what is left over
+is reported as unmatched.
 
 Order: within an iteration, graph inputs first, then operators in execution order, then weights (MindSpore dumps
 parameters after the step). The first diverging operator is the first whose output is not ``pass`` (or, with
@@ -29,7 +30,8 @@ from msdebug_hooks._files import atomic_write_text
 from msdebug_hooks.compare.metrics import (ERROR, NOT_COMPARABLE, PASS, WARNING, TensorComparison, Tolerance,
                                            compare_arrays, not_comparable)
 from msdebug_hooks.dump import npy
-from msdebug_hooks.dump.index import CONSTANT, OPERATOR, GraphIndex, NodeInfo
+from msdebug_hooks.dump.analyzer import _as_int_list as as_int_list
+from msdebug_hooks.dump.index import CONSTANT, PARAMETER, GraphIndex, NodeInfo
 from msdebug_hooks.dump.layout import TensorFile
 from msdebug_hooks.dump.reader import DumpDir
 from msdebug_hooks.errors import ConfigError, DumpError
@@ -98,6 +100,8 @@ class Divergence:
     #: operator itself computes differently; None: inputs not dumped and no producer compared
     inputs_differed: Optional[bool]
     differing_inputs: tuple[str, ...] = ()
+    #: "operator", or "parameter" when the first node that parts is a graph input (the data) or a weight
+    node_type: str = "operator"
 
     @property
     def verdict(self) -> str:
@@ -106,6 +110,9 @@ class Divergence:
         return next(v for v in (ERROR, WARNING, NOT_COMPARABLE, PASS) if v in verdicts)
 
     def explanation(self) -> str:
+        if self.node_type == PARAMETER:
+            return ("it is a graph input or a weight, not an operator: the runs were fed different data or weights "
+                    "(check the data pipeline, the seeds and the checkpoint before the operators)")
         if self.inputs_differed is None:
             return "its inputs were not dumped (input_output=2): compare the operators before it"
         if self.inputs_differed:
@@ -117,7 +124,8 @@ class Divergence:
         return {"iteration": self.iteration, "rank_a": self.rank_a, "rank_b": self.rank_b, "node_a": self.node_a,
                 "node_b": self.node_b, "op_type": self.op_type, "verdict": self.verdict,
                 "source_a": self.source_a, "source_b": self.source_b, "inputs_differed": self.inputs_differed,
-                "differing_inputs": list(self.differing_inputs), "explanation": self.explanation(),
+                "differing_inputs": list(self.differing_inputs), "node_type": self.node_type,
+                "explanation": self.explanation(),
                 "outputs": [p.as_row() for p in self.outputs]}
 
 
@@ -221,9 +229,21 @@ class _Side:
         return tuple(shapes)
 
 
+def _memoized(shape_of):
+    """Each node's output shapes are read (from file headers) once."""
+    seen: dict[str, Any] = {}
+
+    def lookup(info: NodeInfo):
+        if info.name not in seen:
+            seen[info.name] = shape_of(info)
+        return seen[info.name]
+    return lookup
+
+
 def match_nodes(nodes_a: Sequence[NodeInfo], nodes_b: Sequence[NodeInfo], shape_a, shape_b
                 ) -> tuple[list[tuple[NodeInfo, NodeInfo, str]], list[NodeInfo], list[NodeInfo]]:
     """Pair nodes by full name where a group's names agree, else by order and output shape (see module doc)."""
+    shape_a, shape_b = _memoized(shape_a), _memoized(shape_b)
     groups_a: dict[tuple, list[NodeInfo]] = defaultdict(list)
     groups_b: dict[tuple, list[NodeInfo]] = defaultdict(list)
     for info in nodes_a:
@@ -282,13 +302,12 @@ def compare_files(file_a: TensorFile, file_b: TensorFile, tolerance: Optional[To
     return compare_arrays(a, b, tolerance)
 
 
-def _as_int_list(value: Union[None, int, Iterable[int]], name: str) -> Optional[list[int]]:
-    if value is None:
-        return None
-    items = [value] if isinstance(value, int) and not isinstance(value, bool) else list(value)
-    if not items or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in items):
+def _selection(value: Union[None, int, Iterable[int]], name: str) -> Optional[list[int]]:
+    """None (everything both dumps hold) or a non-empty sorted list of ints >= 0."""
+    items = as_int_list(value, name)
+    if items is not None and not items:
         raise ConfigError(name, value, "None, an int >= 0 or a non-empty list of them")
-    return sorted(set(items))
+    return None if items is None else sorted(set(items))
 
 
 class DumpComparer:
@@ -314,8 +333,8 @@ class DumpComparer:
         if rank_b is not None and (isinstance(rank_b, bool) or not isinstance(rank_b, int) or rank_b < 0):
             raise ConfigError("rank_b", rank_b, "None or an int >= 0")
         self.tolerance = tolerance
-        self.iterations = _as_int_list(iterations, "iterations")
-        self.ranks = _as_int_list(ranks, "ranks")
+        self.iterations = _selection(iterations, "iterations")
+        self.ranks = _selection(ranks, "ranks")
         if rank_b is not None and self.ranks is not None and len(self.ranks) != 1:
             raise ConfigError("ranks", ranks, "exactly one rank of A when rank_b is given")
         self.rank_b = rank_b
@@ -446,7 +465,7 @@ class DumpComparer:
             differing = [p.node_a for p in seen if p.comparison.verdict in diverging]
             inputs_differed = bool(differing) if seen else None
         return Divergence(iteration, rank_a, rank_b, ia.name, ib.name, ia.op_type, tuple(outputs),
-                          user_source(ia), user_source(ib), inputs_differed, tuple(differing))
+                          user_source(ia), user_source(ib), inputs_differed, tuple(differing), ia.node_type)
 
     def _input_label(self, info: NodeInfo, slot: int) -> str:
         """`` (fc2.weight)``: the node feeding input ``slot``, through a ``Load`` to its parameter."""

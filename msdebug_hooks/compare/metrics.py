@@ -171,8 +171,8 @@ def _as_array(value: Any) -> np.ndarray | str:
     except Exception as exc:  # noqa: BLE001 - any object may come in; it is reported, never raised
         return f"not an array ({type(exc).__name__}: {exc})"
     if _dtype_name(arr.dtype) not in _SUPPORTED_NAMES:
-        return f"dtype {_dtype_name(arr.dtype)} is not numeric (supported: bool, int8-64, uint8-64, float16, bfloat16, " \
-               f"float32, float64)"
+        return (f"dtype {_dtype_name(arr.dtype)} is not numeric (supported: bool, int8-64, uint8-64, float16, "
+                f"bfloat16, float32, float64)")
     return arr
 
 
