@@ -202,3 +202,19 @@ def test_float32_overflow_in_squares_falls_back_to_float64():
     a[0] = -3e30
     r = compare_arrays(a, b)
     assert r.max_abs_error == pytest.approx(6e30, rel=1e-6) and r.cosine == pytest.approx(0.98, abs=1e-6)
+
+
+def test_small_tensors_within_atol_are_still_judged_by_direction():
+    """Gradients of 1e-5 are all within atol 1e-4 of anything small: a sign flip must not pass on atol alone."""
+    rng = np.random.default_rng(3)
+    grad = (rng.standard_normal(1000) * 1e-5).astype(np.float32)
+    flipped = compare_arrays(-grad, grad)
+    assert flipped.verdict == "error" and "point elsewhere" in flipped.reason
+    assert compare_arrays(np.roll(grad, 1), grad).verdict == "error"
+    assert compare_arrays(grad * np.float32(1 + 1e-6), grad).verdict == "pass"
+
+
+def test_tensors_at_rounding_noise_level_pass_on_atol():
+    noise = np.full(10, 1e-12)
+    assert compare_arrays(np.zeros(10), noise).verdict == "pass"
+    assert compare_arrays(-noise, noise).verdict == "pass"

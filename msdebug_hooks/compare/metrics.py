@@ -68,11 +68,14 @@ class Tolerance:
 
     * ``pass``: every element within ``atol + rtol * |b|`` with ``rtol = atol = 1e-4`` (TroubleShooter's allclose
       default: two runs of the same float32 computation, summed in another order, stay far inside it) **and**
-      ``cosine >= 0.9999`` (msprobe's cosine bar), or every absolute error at most ``atol`` (differences that small
-      say nothing about direction, so the cosine of two near-zero tensors is not held against them).
+      ``cosine >= 0.9999`` (msprobe's cosine bar), or every absolute error at most ``atol`` with ``cosine >= 0.99``
+      (differences that small are rounding, as long as the values still point the same way).
     * ``error``: any NaN/Inf disagreement; or ``cosine < 0.99`` (the direction changed: a wrong operator, layout or
-      input); or fewer than 90 % of the elements within 0.5 % relative error (the values moved as a whole, e.g. a
-      scaled weight, which the cosine does not see). Both only when some absolute error exceeds ``atol``.
+      input), also when every error is within ``atol``: small tensors such as gradients of 1e-5 are all within
+      ``atol`` of anything small, so only the cosine can judge them; or fewer than 90 % of the elements within
+      0.5 % relative error (the values moved as a whole, e.g. a scaled weight, which the cosine does not see), when
+      some absolute error exceeds ``atol``. Tensors whose root-mean-square is at most ``negligible`` (1e-8) on both
+      sides count as zero: their direction is rounding noise and only ``atol`` judges them.
     * ``warning``: anything between, typically fp16/bf16 against fp32 (errors of 1e-3), which deserves a look but
       is not proof of a bug.
     """
@@ -85,11 +88,13 @@ class Tolerance:
     share_within_0_5_percent_error: float = 0.90
     #: the eps in |a-b| / (|b| + eps)
     relative_epsilon: float = 1e-12
+    #: root-mean-square at or below which a tensor counts as zero (its cosine is not judged)
+    negligible: float = 1e-8
     #: float16/bfloat16/float32/float64 against each other (mixed precision) instead of "not comparable"
     compare_across_float_dtypes: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("rtol", "atol", "relative_epsilon"):
+        for name in ("rtol", "atol", "relative_epsilon", "negligible"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"Tolerance.{name}={value!r} is not allowed: a finite number >= 0")
@@ -368,13 +373,18 @@ def _cosine(t: _Totals) -> float:
     return max(-1.0, min(1.0, ab / norm))
 
 
-def _verdict(c: dict[str, Any], n: int, tol: Tolerance) -> tuple[str, str]:
+def _verdict(c: dict[str, Any], n: int, tol: Tolerance, largest_rms: float) -> tuple[str, str]:
     if c["nan_inf_mismatch"]:
         return ERROR, f"{c['nan_inf_mismatch']} of {n} positions are NaN/Inf on one side only (or of another kind)"
     max_abs = c["max_abs_error"]
     cosine = c["cosine"]
     if max_abs <= tol.atol:
-        return PASS, f"every absolute error <= atol {tol.atol:g}"
+        if largest_rms <= tol.negligible:
+            return PASS, f"every absolute error <= atol {tol.atol:g} (both sides are about zero)"
+        if math.isfinite(cosine) and cosine >= tol.cosine_error:
+            return PASS, f"every absolute error <= atol {tol.atol:g}"
+        return ERROR, (f"cosine {cosine:.6g} < {tol.cosine_error:g}: the values are small (every absolute error "
+                       f"<= atol {tol.atol:g}) but point elsewhere")
     if not math.isfinite(cosine) or cosine < tol.cosine_error:
         return ERROR, f"cosine {cosine:.6g} < {tol.cosine_error:g}"
     if c["share_within_0_5_percent"] < tol.share_within_0_5_percent_error:
@@ -424,7 +434,8 @@ def compare_arrays(actual: Any, reference: Any, tolerance: Tolerance | None = No
         allclose_share=t.within_tol / n,
         nan_inf_mismatch=t.mismatch,
     )
-    verdict, reason = _verdict(c, n, tol)
+    largest_rms = math.sqrt(max(t.aa, t.bb) / finite) if finite else 0.0
+    verdict, reason = _verdict(c, n, tol, largest_rms)
     if a.dtype != b.dtype:
         reason += f" (dtypes {base['dtype_a']} vs {base['dtype_b']}, compared in float64)"
     return TensorComparison(verdict, reason, **base, **c)
