@@ -215,6 +215,6 @@ def test_small_tensors_within_atol_are_still_judged_by_direction():
 
 
 def test_tensors_at_rounding_noise_level_pass_on_atol():
-    noise = np.full(10, 1e-12)
+    noise = np.random.default_rng(4).standard_normal(10) * 1e-7   # rounding noise, e.g. a bias gradient before BN
     assert compare_arrays(np.zeros(10), noise).verdict == "pass"
     assert compare_arrays(-noise, noise).verdict == "pass"
