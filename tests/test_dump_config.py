@@ -443,6 +443,7 @@ def test_cli_warnings_go_to_stderr(capsys):
 
 def test_cli_print_env_lines_eval_in_a_shell(tmp_path):
     output = tmp_path / "my dir" / "dump config.json"  # spaces: the export line must be quoted
+    output.parent.mkdir()                                # --output never creates directories
     proc = subprocess.run(
         ["bash", "-c", 'eval "$("$0" -m msdebug_hooks dump-config --path /data/dump --around-step 5 '
                        '--print-env --output "$1")" && echo "$MINDSPORE_DUMP_CONFIG"', sys.executable, str(output)],

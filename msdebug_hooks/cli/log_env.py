@@ -9,6 +9,7 @@ import json
 from typing import Dict, List
 
 from msdebug_hooks.cli import EXIT_OK
+from msdebug_hooks.cli._paths import output_file
 from msdebug_hooks.cli._warnings import warnings_to_stderr
 from msdebug_hooks.errors import ConfigError
 
@@ -40,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--replace", action="store_true",
                         help="also print 'unset' lines for the logging variables this configuration leaves out, so "
                              "nothing set earlier still applies")
-    parser.add_argument("--output", default=None, metavar="FILE",
+    parser.add_argument("--output", default=None, type=output_file, metavar="FILE",
                         help="also write the lines to FILE (atomically, mode 0600) for 'source FILE'")
     parser.add_argument("--json", action="store_true", help="print the variables as a JSON object instead")
     parser.set_defaults(func=_run)

@@ -138,10 +138,13 @@ class DumpConfig:
             doc = json.loads(text, object_pairs_hook=lambda pairs: _no_duplicates(pairs, duplicates),
                              parse_constant=reject_constant)
         except json.JSONDecodeError as exc:
-            line = text.splitlines()[exc.lineno - 1] if text.splitlines() else ""
-            raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}", line.strip(),
+            lines = text.splitlines()
+            at_end = not text[exc.pos:].strip()
+            line = lines[exc.lineno - 1].strip() if exc.lineno <= len(lines) else ""
+            raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}", "<end of file>" if at_end else line,
                               "strict JSON (double-quoted keys, no comments, no trailing commas)",
-                              detail=exc.msg) from None
+                              detail=f"{exc.msg}; the file ends before the JSON does: truncated or empty?"
+                              if at_end else exc.msg) from None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DumpConfigWarning)  # issued below, together with the duplicates
             config = cls.from_dict(doc, target=target)

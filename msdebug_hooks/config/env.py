@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
+from msdebug_hooks._files import os_error_text
 from msdebug_hooks.config._common import closest_name
 from msdebug_hooks.errors import ConfigError, ConfigErrors
 
@@ -148,6 +149,8 @@ def _finding_from_error(exc: ConfigError) -> Finding:
 
 
 def _check_file(name: str, value: str) -> List[Finding]:
+    if os.path.isdir(value):
+        return [Finding(PROBLEM, f"{name}={value} is a directory, not a file; MindSpore fails when it reads it")]
     if not os.path.isfile(value):
         return [Finding(PROBLEM, f"{name}={value}: no such file; MindSpore fails when it reads it")]
     return []
@@ -170,8 +173,10 @@ def _check_dump_config(value: str) -> List[Finding]:
         warnings.simplefilter("always")
         try:
             DumpConfig.load(value)
-        except (ConfigError, ValueError, OSError) as exc:
+        except (ConfigError, ValueError) as exc:
             return [Finding(PROBLEM, f"dump file {value}: {exc}")]
+        except OSError as exc:
+            return [Finding(PROBLEM, f"dump file {os_error_text(exc)}")]
     return [Finding(NOTE, f"dump file: {w.message}") for w in caught] or [Finding(NOTE, "dump file is valid")]
 
 
