@@ -30,8 +30,9 @@ def test_check_config_on_a_directory(tmp_path, capsys):
 
 
 def test_check_config_on_a_missing_file(tmp_path, capsys):
-    code, _, err = run_cli(capsys, "check-config", tmp_path / "nope.json")
-    assert code == 2 and err.strip() == f"msdebug check-config: error: {tmp_path / 'nope.json'}: No such file or directory"
+    missing = tmp_path / "nope.json"
+    code, _, err = run_cli(capsys, "check-config", missing)
+    assert code == 2 and err.strip() == f"msdebug check-config: error: {missing}: No such file or directory"
 
 
 @pytest.mark.parametrize("text, expecting", [

@@ -202,6 +202,23 @@ def test_no_value_and_memory_limit_error_codes(tmp_path):
     assert missing.tensor.iteration == 1 and missing.error_code == 32 and missing.error_msg == ["Tensor has no value."]
 
 
+def test_an_unreadable_file_is_an_error_record_and_the_check_goes_on(tmp_path):
+    graph_dir = tmp_path / "rank_0" / "Net" / "0"
+    name = "Conv2D.Default_Conv2D-op0.0.0.{}.output.0.DefaultFormat.Float32.npy"
+    for iteration in range(3):
+        write_npy(graph_dir / str(iteration) / name.format(iteration + 1), np.full((64,), 100.0, np.float32))
+    broken = graph_dir / "1" / name.format(2)
+    broken.write_bytes(broken.read_bytes()[:200])          # header whole, data cut short
+    analyzer = DumpAnalyzer(tmp_path)
+    (node,) = analyzer.select_nodes("Conv2D-op0")
+    hits = analyzer.check_watchpoints([Watchpoint(node.get_output_tensors(),
+                                                  debugger.TensorTooLargeCondition(max_gt=10))])
+    assert [(h.tensor.iteration, h.error_code) for h in hits] == [(0, 0), (1, 64), (2, 0)]
+    (message,) = hits[1].error_msg
+    assert message.startswith(f"The tensor file cannot be read: {broken}: expected ") and "truncated" in message
+    assert hits[1].get_hit_detail() is None and hits[1].to_dict()["error_code"] == 64
+
+
 def test_bad_arguments_are_named(analyzer, tmp_path):
     with pytest.raises(ConfigError, match="select_by"):
         analyzer.select_tensors("x", select_by="source")

@@ -230,7 +230,7 @@ def test_rdr_config_exports_file_and_warning(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--path", "/r", "--mode", "3"], "mode=3"),
-    (["--mode", "2"], "path=None"),
+    (["--mode", "2"], "path is not set: an absolute directory"),
     (["--path", "rel"], "absolute"),
     (["--path", "/r", "--mem-reuse", "off"], "--output"),
     (["--path", "/r", "--mode", "x"], "invalid int value"),

@@ -113,6 +113,25 @@ class DumpAnalyzer:
                         runs.append(run)
         return sorted(runs, key=lambda r: (r.iteration, r.rank, r.graph_id))
 
+    def layout_warnings(self) -> list[str]:
+        """What this dump lacks that changes the answers, one sentence per rank and graph (empty: nothing).
+
+        Without ``graphs/`` nodes have no source lines (``select_by="code_stack"`` finds nothing) and keep the
+        names of their files; without ``execution_order/`` hits within an iteration are not in the order the
+        operators ran (a gradient may come before the forward operator that caused it).
+        """
+        notes = []
+        for rank in self.get_ranks():
+            for graph_id in self._dump.graphs(rank):
+                where = f"rank_{rank}, graph {graph_id}"
+                if self._dump.ir_graph(rank, graph_id) is None:
+                    notes.append(f"{where}: no graphs/ms_output_trace_code_graph_{graph_id}.ir, so nodes have no "
+                                 "source lines (code_stack selects nothing) and are named after their files")
+                if not self._dump.execution_order(rank, graph_id):
+                    notes.append(f"{where}: no execution_order/ms_execution_order_graph_{graph_id}.csv, so hits "
+                                 "within an iteration are not in the order the operators ran")
+        return notes
+
     # ---- nodes ------------------------------------------------------------------------------------------------
     def list_nodes(self, ranks: IntOrList = None, node_type: Optional[str] = None) -> list[Node]:
         """Every node, in execution order within each rank; ``node_type``: operator, parameter or constant."""
