@@ -231,3 +231,10 @@ def test_help_is_plain_text_with_the_exit_codes(capsys):
     text = capsys.readouterr().out
     assert "``" not in text and "::" not in text
     assert "3  no hit, but N tensors could not be checked" in text and "2  bad input" in text
+
+
+def test_activation_range_checks_only_activation_outputs(lenet_dump, capsys):
+    code, out, _ = run_cli(capsys, lenet_dump, "--watch", "activation_range:max_min_gt=-1", "--json")
+    results = json.loads(out)["results"]
+    assert code == 1 and {r["node_name"].rsplit("/", 1)[-1] for r in results} == {f"ReLU-op{i}" for i in range(4)}
+    assert len(results) == 12 and {r["condition"] for r in results} == {"activation_range"}

@@ -102,3 +102,63 @@ def test_example_dump_config_with_a_relative_dir():   # refused before MindSpore
     assert proc.returncode == 2 and no_traceback(proc.stderr)
     assert proc.stderr.strip().startswith(
         "dump_config.py: error: common_dump_settings.path='relative/dir' is not allowed: an absolute path")
+
+
+# -- words a user should see ------------------------------------------------------------------------------------------
+
+def _env(**extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "msdebug_hooks", "env"], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **extra}, timeout=120)
+
+
+def test_no_seed_docs_in_what_users_read(capsys):
+    with pytest.raises(SystemExit):
+        main(["log-env", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "seed" not in help_text
+    assert "GLOG_log_max, the name some MindSpore docs use; MindSpore reads GLOG_max_log_size" in help_text
+    proc = _env(GLOG_log_max="10")
+    assert proc.returncode == 1 and "seed" not in proc.stdout
+    assert "GLOG_log_max does not exist in MindSpore (some of its docs use that name)" in proc.stdout
+
+
+def test_no_python_none_in_messages(capsys):
+    code, _, err = run_cli(capsys, "rdr-config", "--mode", "2")
+    assert code == 2 and "None" not in err
+    assert err.strip() == "msdebug rdr-config: error: path is not set: an absolute directory when RDR is enabled"
+    proc = _env(MS_RDR_ENABLE="1", MS_RDR_MODE="2")
+    assert "None" not in proc.stdout and "MS_RDR_PATH is not set: an absolute directory when RDR is enabled" \
+        in proc.stdout
+
+
+@pytest.mark.parametrize("watch, message", [
+    ("weight_change_too_large:abs_mean_update_ratio_gt=inf",
+     "weight_change_too_large.abs_mean_update_ratio_gt=inf is not allowed: a finite number >= 0"),
+    ("weight_change_too_large:foo=1",
+     "weight_change_too_large.foo=1.0 is not allowed: a parameter of weight_change_too_large: "
+     "abs_mean_update_ratio_gt, epsilon"),
+    ("TensorTooLarge:abs_mean_gt=-1", "TensorTooLarge.abs_mean_gt=-1.0 is not allowed: a finite number >= 0"),
+])
+def test_conditions_are_named_as_typed_not_by_class(tmp_path, capsys, watch, message):
+    code, _, err = run_cli(capsys, "check-dump", tmp_path, "--watch", watch)
+    assert code == 2 and "Condition" not in err and err.strip() == f"msdebug check-dump: error: {message}"
+
+
+def test_negative_sample_num_has_one_consistent_message(capsys):
+    code, out, err = run_cli(capsys, "dump-config", "--path", "/tmp/d", "--sample-mode", "1", "--sample-num", "-5")
+    assert code == 2 and out == "" and "non-negative" not in err
+    assert err.strip() == ("msdebug dump-config: error: e2e_dump_settings.sample_num=-5 is not allowed: an integer "
+                           ">= 1 (slice size; default 100) (negative: MindSpore reads this key as an unsigned integer)")
+
+
+def test_a_malformed_npy_header_is_described_not_an_ast_object(tmp_path, capsys):
+    import numpy as np
+
+    from dump_fixtures import write_npy
+
+    path = write_npy(tmp_path / "rank_0" / "Net" / "0" / "0" /
+                     "ReLU.Default_ReLU-op0.0.0.7.output.0.DefaultFormat.Float32.npy", np.ones(3, np.float32))
+    path.write_bytes(path.read_bytes().replace(b"'<f4'", b"foo_ "))
+    code, out, err = run_cli(capsys, "check-dump", tmp_path, "--watch", "tensor_overflow")
+    assert code == 3 and "<ast." not in out
+    assert "expected a .npy file (numpy magic and header) (the header dictionary is malformed)" in out

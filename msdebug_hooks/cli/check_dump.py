@@ -24,8 +24,8 @@ Check watchpoints over a MindSpore sync dump and list the hits, ordered by itera
 operator that first produced a NaN is on the first row.
 
 A weight_*, gradient_* or activation_* condition checks only weights (parameters), gradients (the Gradients/ scope)
-or activations (forward operator outputs); tensor_* conditions check every selected tensor. Hits are reported under
-the name given to --watch.
+or activations (outputs of ReLU, Sigmoid, Softmax, GeLU ... outside Gradients/), as MindInsight's UI selects them;
+tensor_* conditions check every selected tensor. Hits are reported under the name given to --watch.
 
 exit codes:
   0  every selected tensor was read and none hit
@@ -130,6 +130,11 @@ def first_hits_by_rank(hits) -> dict:
     return dict(sorted(first.items()))
 
 
+# the op types MindInsight's UI counts as activations (its node type identifier)
+_ACTIVATION_TYPES = frozenset({"elu", "fastgelu", "gelu", "hsigmoid", "hswish", "leakyrelu", "logsigmoid",
+                               "logsoftmax", "prelu", "relu", "relu6", "reluv2", "sigmoid", "softmax", "tanh"})
+
+
 def _targets(spec: str) -> tuple[str, str]:
     """``"weight_overflow:..."`` -> (the name as typed, which tensors it checks: weight, gradient, activation,
     tensor)."""
@@ -148,7 +153,7 @@ def _is_target(tensor, target: str) -> bool:
     if target == "gradient":
         return gradient
     if target == "activation":
-        return node.node_type == "operator" and not gradient and "/optimizer-" not in node.name
+        return node.node_type == "operator" and not gradient and node.op_type.lower() in _ACTIVATION_TYPES
     return True
 
 

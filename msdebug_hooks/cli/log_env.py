@@ -33,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="GLOG_stderrthreshold: level also shown on the screen while logging to files")
     parser.add_argument("--max-log-size-mb", type=_int, default=None, help="GLOG_max_log_size: MB per C++ log file")
     parser.add_argument("--log-max", type=_int, default=None,
-                        help="the seed docs' GLOG_log_max spelling; mapped to GLOG_max_log_size with a warning")
+                        help="GLOG_log_max, the name some MindSpore docs use; MindSpore reads GLOG_max_log_size, "
+                             "so the value is exported under that name, with a warning")
     parser.add_argument("--logger-max-bytes", type=_int, default=None,
                         help="logger_maxBytes: bytes per Python log file")
     parser.add_argument("--logger-backup-count", type=_int, default=None,

@@ -465,7 +465,7 @@ def _unknown_message(field_name: str, key: str, known: list, other: Optional[str
 def _kind_detail(value: Any, kind: str) -> str:
     """Why the JSON type is wrong, in MindSpore's terms ("should be unsigned int type")."""
     if kind == "uint" and isinstance(value, int) and not isinstance(value, bool):
-        return "must be a non-negative integer"
+        return "negative: MindSpore reads this key as an unsigned integer"
     return f"must be {_KIND_WORDS[kind]}, not a JSON {_json_type(value)}"
 
 

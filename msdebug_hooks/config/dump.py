@@ -155,7 +155,7 @@ class DumpConfig:
 
     @classmethod
     def around_step(cls, step: int, **fields: Any) -> "DumpConfig":
-        """Dump only the failing step and the one before (the seed's best practice).
+        """Dump only the failing step and the one before (MindSpore's docs recommend dumping only what is needed).
 
         ``step`` is the 1-based ``cur_step_num`` at which the failure was seen (e.g. by ``LossGuard``); MindSpore
         numbers dump iterations from 0 (plus ``initial_iteration``), so step N selects ``"N-2|N-1"``, clamped at the
