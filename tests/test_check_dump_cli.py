@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 import find_first_nan
+from conftest import ROOT
 from dump_fixtures import LENET_SOURCE, NAN_SOURCE, source_line, write_npy
 from msdebug_hooks.cli import main
 
@@ -238,3 +240,15 @@ def test_activation_range_checks_only_activation_outputs(lenet_dump, capsys):
     results = json.loads(out)["results"]
     assert code == 1 and {r["node_name"].rsplit("/", 1)[-1] for r in results} == {f"ReLU-op{i}" for i in range(4)}
     assert len(results) == 12 and {r["condition"] for r in results} == {"activation_range"}
+
+
+def test_the_readme_source_line_selects_the_conv1_layer(lenet_dump, capsys):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = set(re.findall(r"lenet\.py:(\d+)", readme))
+    assert len(lines) == 1, lines                    # the snippet and the command name the same line
+    (line,) = lines
+    assert "self.conv1(x)" in LENET_SOURCE.read_text(encoding="utf-8").splitlines()[int(line) - 1]
+    code, out, _ = run_cli(capsys, lenet_dump, "--watch", "tensor_too_large:abs_mean_gt=1e3", "--select",
+                           f"code_stack=lenet.py:{line}", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["tensors_checked"] == 12 and report["tensors_not_checked"] == 0
