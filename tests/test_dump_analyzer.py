@@ -169,7 +169,7 @@ def test_weight_change_against_previous_iteration(analyzer, lenet_dump):
 
 def test_seed_script_runs_with_only_the_import_changed(analyzer, lenet_dump, capsys):
     line = source_line(LENET_SOURCE, "self.conv1(x)")
-    # the seed's offline-debugger sample, verbatim apart from the import and the dump path / source line
+    # MindInsight's offline-debugger sample, verbatim apart from the import and the dump path / source line
     analyzer = DumpAnalyzer(str(lenet_dump))
     tensors = analyzer.select_tensors(query_string=f"{LENET_SOURCE}:{line}", select_by="code_stack")
     watchpoint1 = Watchpoint(tensors, debugger.TensorTooLargeCondition(abs_mean_gt=0.001))
