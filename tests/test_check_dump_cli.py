@@ -252,3 +252,12 @@ def test_the_readme_source_line_selects_the_conv1_layer(lenet_dump, capsys):
                            f"code_stack=lenet.py:{line}", "--json")
     report = json.loads(out)
     assert code == 0 and report["tensors_checked"] == 12 and report["tensors_not_checked"] == 0
+
+
+def test_a_corrupt_execution_order_file_is_named_not_a_traceback(dump_copy, capsys):
+    csv_file = dump_copy / "rank_0" / "execution_order" / "ms_execution_order_graph_0.csv"
+    csv_file.write_bytes(b"\xff\xfe\x00bad\n")
+    code, out, err = run_cli(capsys, dump_copy, "--watch", "tensor_overflow")
+    assert code == 2 and out == ""
+    assert err.strip() == f"msdebug check-dump: error: {csv_file}: expected a UTF-8 text file as MindSpore writes " \
+                          "it (byte 0: invalid start byte)"
