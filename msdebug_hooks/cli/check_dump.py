@@ -16,9 +16,7 @@ from msdebug_hooks.cli import EXIT_BAD_INPUT
 from msdebug_hooks.errors import ConfigError
 
 _SELECT_KINDS = ("node_name", "code_stack")
-
-
-EXIT_INCOMPLETE = 3
+EXIT_INCOMPLETE = 3      # no hit, but some selected tensors could not be read: not a clean result
 _DESCRIPTION = """\
 Check watchpoints over a MindSpore sync dump and list the hits, ordered by iteration, then execution order, so the
 operator that first produced a NaN is on the first row.
@@ -36,7 +34,7 @@ exit codes:
 
 example:
   msdebug check-dump /tmp/dump --watch tensor_overflow --watch "tensor_too_large:abs_mean_gt=1e3" \\
-      --select "code_stack=lenet.py:83" --iterations 1-2
+      --select "code_stack=lenet.py:79" --iterations 1-2
 """
 
 
@@ -192,15 +190,8 @@ def run(args: argparse.Namespace) -> int:
                    for condition, (_, target) in zip(conditions, labels)]
     checked = {t for w in watchpoints for t in w.tensors}
     if not checked:   # a check that looked at nothing must not read as clean
-        if tensors:
-            why = f"the {len(tensors)} selected tensor(s) hold no " + \
-                  " or ".join(sorted({target for _, target in labels})) + " tensor"
-        else:
-            why = "no dumped tensor matches " + " ".join(
-                f"--{name} {value}" for name, value in (("select", " --select ".join(args.select)),
-                                                        ("iterations", args.iterations), ("ranks", args.ranks))
-                if value) if (selects or iterations or ranks) else f"{args.dump_dir} holds no tensor"
-        print(f"msdebug check-dump: error: nothing was checked: {why}", file=sys.stderr)
+        print(f"msdebug check-dump: error: nothing was checked: {_nothing_because(args, tensors, labels)}",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     label_of = {id(w): name for w, (name, _) in zip(watchpoints, labels)}
     found = analyzer.check_watchpoints(watchpoints, error_on_no_value=True)
@@ -246,6 +237,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"msdebug check-dump: warning: could not read {len(not_checked)} of {len(checked)} selected tensor(s) "
               f"({why}); they were not checked", file=sys.stderr)
     return 1 if hits else EXIT_INCOMPLETE if not_checked else 0
+
+
+def _nothing_because(args: argparse.Namespace, tensors: dict, labels: list) -> str:
+    if tensors:
+        kinds = " or ".join(sorted({target for _, target in labels}))
+        return f"the {len(tensors)} selected tensor(s) hold no {kinds} tensor"
+    filters = [f"--select {spec}" for spec in args.select]
+    filters += [f"--{name} {value}" for name, value in (("iterations", args.iterations), ("ranks", args.ranks))
+                if value is not None]
+    return f"no dumped tensor matches {' '.join(filters)}" if filters else f"{args.dump_dir} holds no tensor"
 
 
 def _why(missing, unreadable, listed: bool) -> str:
