@@ -162,3 +162,10 @@ def test_a_malformed_npy_header_is_described_not_an_ast_object(tmp_path, capsys)
     code, out, err = run_cli(capsys, "check-dump", tmp_path, "--watch", "tensor_overflow")
     assert code == 3 and "<ast." not in out
     assert "expected a .npy file (numpy magic and header) (the header dictionary is malformed)" in out
+
+
+def test_unwritable_and_unreadable_system_files(capsys):
+    code, _, err = run_cli(capsys, "dump-config", "--path", "/tmp/d", "--output", "/sys/x.json")
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("msdebug dump-config: error: /sys/x.json: ")
+    code, out, err = run_cli(capsys, "check-config", "/proc/self/mem")      # EIO, raised without a file name
+    assert code == 2 and out == "" and err.strip() == "msdebug check-config: error: /proc/self/mem: Input/output error"

@@ -129,6 +129,8 @@ class DumpConfig:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise ConfigError(str(path), f"byte {exc.start}", "a UTF-8 JSON file", detail=exc.reason) from None
+        except OSError as exc:   # some errors (EIO on a device file) come without the file's name
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         duplicates: list[str] = []
 
         def reject_constant(name: str) -> Any:
