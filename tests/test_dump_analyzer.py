@@ -282,3 +282,17 @@ def test_constants_are_read_for_every_iteration(tmp_path):
     hits = analyzer.check_watchpoints([Watchpoint(analyzer.select_tensors(""),
                                                   debugger.TensorAllZeroCondition(zero_percentage_ge=100))])
     assert [(h.tensor.iteration, h.tensor.node.name) for h in hits] == [(0, "Default_Add-op0")]
+
+
+def test_code_stack_selection_on_a_dump_without_graphs_warns(lenet_dump, tmp_path):
+    import shutil
+
+    copy = tmp_path / "dump"
+    shutil.copytree(lenet_dump, copy)
+    shutil.rmtree(copy / "rank_0" / "graphs")
+    analyzer = DumpAnalyzer(copy)
+    line = source_line(LENET_SOURCE, "self.conv1(x)")
+    with pytest.warns(UserWarning, match="graphs/ directory is missing"):
+        assert analyzer.select_tensors(f"lenet.py:{line}", select_by="code_stack") == []
+    assert any("no graphs/ms_output_trace_code_graph_0.ir" in note for note in analyzer.layout_warnings())
+    assert DumpAnalyzer(lenet_dump).layout_warnings() == []

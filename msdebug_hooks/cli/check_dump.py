@@ -10,6 +10,7 @@ import argparse
 import json
 import re
 import sys
+import warnings
 from typing import Optional
 
 from msdebug_hooks.cli import EXIT_BAD_INPUT
@@ -185,7 +186,9 @@ def run(args: argparse.Namespace) -> int:
     analyzer = DumpAnalyzer(args.dump_dir)
     for note in analyzer.layout_warnings():
         print(f"msdebug check-dump: warning: {note}", file=sys.stderr)
-    tensors = _select(analyzer, selects, iterations, ranks)
+    with warnings.catch_warnings():   # what the dump lacks was said above, once
+        warnings.simplefilter("ignore")
+        tensors = _select(analyzer, selects, iterations, ranks)
     watchpoints = [Watchpoint([t for t in tensors if _is_target(t, target)], condition)
                    for condition, (_, target) in zip(conditions, labels)]
     checked = {t for w in watchpoints for t in w.tensors}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
@@ -149,7 +150,11 @@ class DumpAnalyzer:
         ``query_string``. A stack entry reads ``<file_path>:<line_no>\\n<code_line>``; a query ending in a line
         number matches that line exactly (``lenet.py:5`` does not match line 58)."""
         match = self._matcher(query_string, use_regex, select_by, case_sensitive)
-        return [node for node in self.list_nodes(ranks) if match(node)]
+        nodes = self.list_nodes(ranks)
+        if select_by == "code_stack" and not any(node.stack for node in nodes):
+            warnings.warn(f"no node of {self._dump_dir} has source lines (its graphs/ directory is missing), so "
+                          f"select_by='code_stack' selects nothing", stacklevel=2)
+        return [node for node in nodes if match(node)]
 
     def select_tensors(self, query_string: str, use_regex: bool = False, select_by: str = "node_name",
                        iterations: IntOrList = None, ranks: IntOrList = None, slots: IntOrList = None,
