@@ -56,8 +56,9 @@ class BestCheckpoint(AgreedStop, Callback):
     ``monitor``) or a callable ``eval_fn(network) -> dict | float`` for anything else. Evaluation runs at the end of
     every ``every_n_epochs``-th epoch, or, when ``every_n_steps`` is given, after every ``every_n_steps``-th global
     step instead. A NaN/Inf metric is logged and never counts as best; so is a finite metric of a network whose
-    parameters (or optimizer states) hold NaN/Inf: that checkpoint is not written and the previous best is kept. A value enters the kept set when it beats the
-    worst kept value by more than ``min_delta``; the file is saved atomically to
+    parameters (or optimizer states) hold NaN/Inf: that checkpoint is not written and the previous best is kept.
+    A value enters the kept set when it beats the worst kept value by more than ``min_delta``; the file is saved
+    atomically to
     ``<directory>/rank_<r>/<prefix>-rank<r>-epoch<E>-step<S>-<monitor><value>.ckpt`` and the bests that fall out of
     the top ``keep`` are deleted. With ``patience``, training stops cleanly after that many evaluations in a row that
     do not improve on the best by more than ``min_delta``; in a multi-rank job that stop is a vote every rank agrees
