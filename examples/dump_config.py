@@ -38,5 +38,11 @@ def main(dump_dir: str) -> None:
 
 
 if __name__ == "__main__":
+    from msdebug_hooks.errors import ConfigError
+
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    main(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="msdebug_dump_"))
+    try:
+        main(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="msdebug_dump_"))
+    except ConfigError as error:  # e.g. a relative DUMP_DIR: MindSpore needs an absolute dump path
+        print(f"dump_config.py: error: {error}", file=sys.stderr)
+        sys.exit(2)

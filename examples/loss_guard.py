@@ -49,6 +49,7 @@ def main() -> int:
     model.train(2, make_dataset(num_batches=6, nan_batches={3}), callbacks=[guard, EndHook()])
     finite_now = bool(np.isfinite(network.conv1.weight.asnumpy()).all())
     print(f"   weights finite after the failing step: {finite_now}; saved: {guard.last_good_checkpoint}")
+    print(f"   (the checkpoint stays in {directory}; delete that directory when done)")
 
     print("3. raise_error=True")
     model, _ = make_model()

@@ -45,13 +45,13 @@ def main() -> int:
     model.train(100, make_dataset(num_batches=4), callbacks=[slow, budget])
     print(f"first job: {slow.steps} steps in {budget.time_elapsed():.2f} s of a {budget.run_time:.0f} s budget")
 
-    state_file = Path(tempfile.mkdtemp(prefix="stop-at-time-")) / "timer.json"
     state = budget.state_dict()
     state["time_elapsed"] = 1.5          # pretend the first job had only used 1.5 s when it was checkpointed
-    state_file.write_text(json.dumps(state))
-
-    resumed = StopAtTime(2, unit="seconds")
-    resumed.load_state_dict(json.loads(state_file.read_text()))
+    with tempfile.TemporaryDirectory(prefix="stop-at-time-") as tmp:   # removed again right here
+        state_file = Path(tmp) / "timer.json"
+        state_file.write_text(json.dumps(state))
+        resumed = StopAtTime(2, unit="seconds")
+        resumed.load_state_dict(json.loads(state_file.read_text()))
     print(f"resumed job starts with {resumed.time_remaining():.2f} s left")
     slow = SlowStep()
     model.train(100, make_dataset(num_batches=4), callbacks=[slow, resumed])

@@ -46,6 +46,7 @@ def main() -> int:
     report = compare_checkpoints(workdir / "before.ckpt", workdir / "after.ckpt")
     print(f"checkpoint diff: unchanged {report.unchanged}")
     print(f"same from the shell: msdebug ckpt-diff {workdir / 'before.ckpt'} {workdir / 'after.ckpt'}")
+    print(f"(both checkpoints stay in {workdir}; delete that directory when done)")
     return 0
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -17,8 +18,16 @@ def atomic_path(target: PathLike, *, mode: int = 0o600) -> Iterator[Path]:
     The parent directory is created. On any exception the temporary file is removed and ``target`` is untouched.
     """
     target = Path(target).expanduser()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    if target.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(target))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:  # a file stands where a parent directory should be
+        raise NotADirectoryError(errno.ENOTDIR, f"{exc.filename} is a file, not a directory", str(target)) from None
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:  # name the file asked for, not the temporary one beside it
+        raise OSError(exc.errno, exc.strerror, str(target)) from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -40,3 +49,9 @@ def atomic_write_text(target: PathLike, text: str, *, mode: int = 0o600) -> Path
             handle.flush()
             os.fsync(handle.fileno())
     return target
+
+
+def os_error_text(exc: OSError) -> str:
+    """``"<file>: <reason>"`` for a user, without Python's ``[Errno N]`` prefix and quotes."""
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename is not None else reason

@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Iterable, Optional, Union
 
 import numpy as np
 
@@ -258,16 +258,22 @@ def _actual(result, param_name: str) -> float:
 def scan_checkpoint(path: PathLike) -> CheckpointScan:
     """Every parameter of ``path`` holding NaN or Inf, with how many of each."""
     arrays = load_parameters(path)
-    report = CheckpointScan(str(path), len(arrays))
-    for name, value in arrays.items():
-        if value.dtype.kind not in "fc" or np.isfinite(value.sum()):
-            continue  # integers cannot hold NaN/Inf; a finite sum means all elements are finite
+    return CheckpointScan(str(path), len(arrays), find_non_finite(arrays.items()))
+
+
+def find_non_finite(named_arrays: Iterable[tuple[str, np.ndarray]]) -> list[NonFiniteParam]:
+    """The arrays holding NaN or Inf, with counts. Cheap for clean ones: one sum each, no temporary array."""
+    bad = []
+    for name, value in named_arrays:
+        with np.errstate(over="ignore", invalid="ignore"):
+            if value.dtype.kind not in "fc" or np.isfinite(value.sum()):
+                continue  # integers cannot hold NaN/Inf; a finite sum means all elements are finite
         nan_count = int(np.count_nonzero(np.isnan(value)))
         inf_count = int(np.count_nonzero(np.isinf(value)))
         if nan_count or inf_count:
-            report.bad.append(NonFiniteParam(name, tuple(value.shape), str(value.dtype), int(value.size),
-                                             nan_count, inf_count))
-    return report
+            bad.append(NonFiniteParam(name, tuple(value.shape), str(value.dtype), int(value.size),
+                                      nan_count, inf_count))
+    return bad
 
 
 def save_checkpoint_atomic(save_obj, target: PathLike) -> Path:

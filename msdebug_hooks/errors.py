@@ -7,15 +7,16 @@ from typing import Any, Iterable
 class ConfigError(ValueError):
     """A setting MindSpore would reject (or that cannot work). Subclasses ``ValueError``.
 
-    ``field`` is the dotted key (``common_dump_settings.iteration``), ``value`` what was given and ``allowed`` a
-    human-readable description of what is accepted.
+    ``field`` is the dotted key (``common_dump_settings.iteration``), ``value`` what was given (``None``: nothing
+    was) and ``allowed`` a human-readable description of what is accepted.
     """
 
     def __init__(self, field: str, value: Any, allowed: str, *, detail: str = "") -> None:
         self.field = field
         self.value = value
         self.allowed = allowed
-        message = f"{field}={value!r} is not allowed: {allowed}"
+        # None is how a missing value arrives; a user never typed Python's "None"
+        message = f"{field} is not set: {allowed}" if value is None else f"{field}={value!r} is not allowed: {allowed}"
         if detail:
             message += f" ({detail})"
         super().__init__(message)

@@ -4,7 +4,7 @@ MindInsight 2.3.1 pins protobuf 3.20 and needs NumPy < 2, so it lives in its own
 project root, created on first use and reused after (``tests/venv_tools.py`` stamps a complete one). The
 ``mindinsight_server`` fixture starts one server per test session on free ports (REST + debugger gRPC) and always
 stops it. Tests drive a debugger session exactly as a person in the browser would, through ``MindInsightREST``;
-request bodies follow shared/docs/debugger-protocol.md section 4.
+request bodies follow docs/debugger-protocol.md section 4.
 
 The fixtures are made visible to every test module by tests/conftest.py.
 """

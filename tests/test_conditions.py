@@ -1,6 +1,6 @@
 """The watchpoint engine against an independent, straightforward numpy reading of the protocol's formulas.
 
-The reference below is written from ``shared/docs/debugger-protocol.md`` section 2.2, element by element in float64
+The reference below is written from ``docs/debugger-protocol.md`` section 2.2, element by element in float64
 (one numpy call per statistic, no chunking, no shortcuts), and shares no code with ``msdebug_hooks.conditions``.
 """
 from __future__ import annotations

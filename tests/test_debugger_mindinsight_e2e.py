@@ -1,5 +1,5 @@
 """First end-to-end checks against the real MindInsight 2.3.1: raw protocol messages through our transport on the
-training side, the REST calls of the browser UI on the other (shared/docs/debugger-protocol.md sections 1, 3.4, 4).
+training side, the REST calls of the browser UI on the other (docs/debugger-protocol.md sections 1, 3.4, 4).
 """
 from __future__ import annotations
 

@@ -169,7 +169,7 @@ def test_weight_change_against_previous_iteration(analyzer, lenet_dump):
 
 def test_seed_script_runs_with_only_the_import_changed(analyzer, lenet_dump, capsys):
     line = source_line(LENET_SOURCE, "self.conv1(x)")
-    # the seed's offline-debugger sample, verbatim apart from the import and the dump path / source line
+    # MindInsight's offline-debugger sample, verbatim apart from the import and the dump path / source line
     analyzer = DumpAnalyzer(str(lenet_dump))
     tensors = analyzer.select_tensors(query_string=f"{LENET_SOURCE}:{line}", select_by="code_stack")
     watchpoint1 = Watchpoint(tensors, debugger.TensorTooLargeCondition(abs_mean_gt=0.001))
@@ -200,6 +200,23 @@ def test_no_value_and_memory_limit_error_codes(tmp_path):
     assert analyzer.check_watchpoints([Watchpoint(tensors, condition)]) == []
     (missing,) = analyzer.check_watchpoints([Watchpoint(tensors, condition)], error_on_no_value=True)
     assert missing.tensor.iteration == 1 and missing.error_code == 32 and missing.error_msg == ["Tensor has no value."]
+
+
+def test_an_unreadable_file_is_an_error_record_and_the_check_goes_on(tmp_path):
+    graph_dir = tmp_path / "rank_0" / "Net" / "0"
+    name = "Conv2D.Default_Conv2D-op0.0.0.{}.output.0.DefaultFormat.Float32.npy"
+    for iteration in range(3):
+        write_npy(graph_dir / str(iteration) / name.format(iteration + 1), np.full((64,), 100.0, np.float32))
+    broken = graph_dir / "1" / name.format(2)
+    broken.write_bytes(broken.read_bytes()[:200])          # header whole, data cut short
+    analyzer = DumpAnalyzer(tmp_path)
+    (node,) = analyzer.select_nodes("Conv2D-op0")
+    hits = analyzer.check_watchpoints([Watchpoint(node.get_output_tensors(),
+                                                  debugger.TensorTooLargeCondition(max_gt=10))])
+    assert [(h.tensor.iteration, h.error_code) for h in hits] == [(0, 0), (1, 64), (2, 0)]
+    (message,) = hits[1].error_msg
+    assert message.startswith(f"The tensor file cannot be read: {broken}: expected ") and "truncated" in message
+    assert hits[1].get_hit_detail() is None and hits[1].to_dict()["error_code"] == 64
 
 
 def test_bad_arguments_are_named(analyzer, tmp_path):
@@ -265,3 +282,17 @@ def test_constants_are_read_for_every_iteration(tmp_path):
     hits = analyzer.check_watchpoints([Watchpoint(analyzer.select_tensors(""),
                                                   debugger.TensorAllZeroCondition(zero_percentage_ge=100))])
     assert [(h.tensor.iteration, h.tensor.node.name) for h in hits] == [(0, "Default_Add-op0")]
+
+
+def test_code_stack_selection_on_a_dump_without_graphs_warns(lenet_dump, tmp_path):
+    import shutil
+
+    copy = tmp_path / "dump"
+    shutil.copytree(lenet_dump, copy)
+    shutil.rmtree(copy / "rank_0" / "graphs")
+    analyzer = DumpAnalyzer(copy)
+    line = source_line(LENET_SOURCE, "self.conv1(x)")
+    with pytest.warns(UserWarning, match="graphs/ directory is missing"):
+        assert analyzer.select_tensors(f"lenet.py:{line}", select_by="code_stack") == []
+    assert any("no graphs/ms_output_trace_code_graph_0.ir" in note for note in analyzer.layout_warnings())
+    assert DumpAnalyzer(lenet_dump).layout_warnings() == []

@@ -72,7 +72,8 @@ REJECTED = [
     ({"overflow_number": 1}, f"{COMMON}.overflow_number", "only together with op_debug_mode 3"),
     ({"overflow_number": 1, "op_debug_mode": 0}, f"{COMMON}.overflow_number", "op_debug_mode is 0"),
     ({"overflow_number": "2", "op_debug_mode": 3}, f"{COMMON}.overflow_number", "must be a non-negative integer"),
-    ({"initial_iteration": -1}, f"{COMMON}.initial_iteration", "must be a non-negative integer"),
+    ({"initial_iteration": -1}, f"{COMMON}.initial_iteration",
+     "negative: MindSpore reads this key as an unsigned integer"),
     ({"kernels": "conv"}, f"{COMMON}.kernels", "must be a JSON array, not a JSON string"),
     ({"dump_mode": 1, "kernels": ["name-regex(Conv2D[)"]}, f"{COMMON}.kernels", "valid regular expression"),
     ({"support_device": ["0"]}, f"{COMMON}.support_device", "entry '0' is not a number"),
@@ -443,6 +444,7 @@ def test_cli_warnings_go_to_stderr(capsys):
 
 def test_cli_print_env_lines_eval_in_a_shell(tmp_path):
     output = tmp_path / "my dir" / "dump config.json"  # spaces: the export line must be quoted
+    output.parent.mkdir()                                # --output never creates directories
     proc = subprocess.run(
         ["bash", "-c", 'eval "$("$0" -m msdebug_hooks dump-config --path /data/dump --around-step 5 '
                        '--print-env --output "$1")" && echo "$MINDSPORE_DUMP_CONFIG"', sys.executable, str(output)],

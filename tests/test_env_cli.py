@@ -217,6 +217,7 @@ def test_log_env_info_reaches_mindspore_end_to_end():
 
 def test_rdr_config_exports_file_and_warning(tmp_path):
     out = tmp_path / "cfg" / "mindspore_config.json"
+    out.parent.mkdir()      # --output never creates directories
     proc = bash(f'eval "$($PY -m msdebug_hooks rdr-config --path {tmp_path}/r --mode 2 --mem-reuse off '
                 f'--output {out})"; echo "$MS_RDR_ENABLE|$MS_RDR_MODE|$MS_RDR_PATH"')
     assert proc.returncode == 0, proc.stderr
@@ -229,7 +230,7 @@ def test_rdr_config_exports_file_and_warning(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--path", "/r", "--mode", "3"], "mode=3"),
-    (["--mode", "2"], "path=None"),
+    (["--mode", "2"], "path is not set: an absolute directory"),
     (["--path", "rel"], "absolute"),
     (["--path", "/r", "--mem-reuse", "off"], "--output"),
     (["--path", "/r", "--mode", "x"], "invalid int value"),

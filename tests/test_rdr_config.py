@@ -1,4 +1,5 @@
-"""RDRConfig and MemReuseConfig: every rule, the seed's precedence, and what MindSpore 2.10 really does with them."""
+"""RDRConfig and MemReuseConfig: every rule, the file-over-variables precedence, and what MindSpore 2.10 really does
+with them."""
 from __future__ import annotations
 
 import json

@@ -20,7 +20,7 @@ from mindspore.train import Callback
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.callbacks._agreement import AgreedStop
 from msdebug_hooks.callbacks._common import request_stop
-from msdebug_hooks.ckpt import save_checkpoint_atomic
+from msdebug_hooks.ckpt import find_non_finite, save_checkpoint_atomic
 from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.rank import rank_id
 
@@ -55,8 +55,10 @@ class BestCheckpoint(AgreedStop, Callback):
     ``model.eval(eval_dataset, dataset_sink_mode=False)[monitor]``; the model needs ``metrics`` that produce
     ``monitor``) or a callable ``eval_fn(network) -> dict | float`` for anything else. Evaluation runs at the end of
     every ``every_n_epochs``-th epoch, or, when ``every_n_steps`` is given, after every ``every_n_steps``-th global
-    step instead. A NaN/Inf metric is logged and never counts as best. A value enters the kept set when it beats the
-    worst kept value by more than ``min_delta``; the file is saved atomically to
+    step instead. A NaN/Inf metric is logged and never counts as best; so is a finite metric of a network whose
+    parameters (or optimizer states) hold NaN/Inf: that checkpoint is not written and the previous best is kept.
+    A value enters the kept set when it beats the worst kept value by more than ``min_delta``; the file is saved
+    atomically to
     ``<directory>/rank_<r>/<prefix>-rank<r>-epoch<E>-step<S>-<monitor><value>.ckpt`` and the bests that fall out of
     the top ``keep`` are deleted. With ``patience``, training stops cleanly after that many evaluations in a row that
     do not improve on the best by more than ``min_delta``; in a multi-rank job that stop is a vote every rank agrees
@@ -194,6 +196,15 @@ class BestCheckpoint(AgreedStop, Callback):
         worst = self._kept[-1].value if len(self._kept) >= self.keep else None
         path = None
         if self._better(value, worst, self.min_delta):
+            bad = self._non_finite_weights(cb_params)
+            if bad:  # a finite metric does not make a network with NaN/Inf weights good
+                self.evaluations.append(Evaluation(epoch, step, value, None))
+                _LOG.warning("epoch %d step %d: %s=%.6g, but %d parameter(s) hold NaN/Inf (%s): not saved, not "
+                             "counted as best; the best stays %s", epoch, step, self.monitor, value, len(bad),
+                             ", ".join(b.name for b in bad[:3]) + (", ..." if len(bad) > 3 else ""),
+                             f"{self._best:.6g} in {self.best_path}" if self._kept else "unset")
+                self._count_stale(run_context, epoch, step)
+                return
             path = self._save(cb_params, epoch, step, value)
             self._kept.append(Evaluation(epoch, step, value, path))
             self._kept.sort(key=lambda e: -e.value if self.mode == "max" else e.value)
@@ -217,11 +228,26 @@ class BestCheckpoint(AgreedStop, Callback):
                          f"{self.min_delta} for {self._stale} evaluations (patience={self._patience}); "
                          f"last evaluation at epoch {epoch} step {step}", source=self)
 
+    @staticmethod
+    def _non_finite_weights(cb_params: Any) -> list:
+        """The parameters (weights and optimizer states: what the checkpoint would hold) that are NaN/Inf."""
+        network = _first(cb_params, "train_network", "network")
+        return find_non_finite((p.name, _as_numpy(p)) for p in network.get_parameters())
+
     def _save(self, cb_params: Any, epoch: int, step: int, value: float) -> Path:
         rank = rank_id()
         metric = re.sub(r"[^A-Za-z0-9_-]", "_", self.monitor)
         target = self.directory / f"{self.prefix}-rank{rank}-epoch{epoch}-step{step}-{metric}{value:.6g}.ckpt"
         return save_checkpoint_atomic(_first(cb_params, "train_network", "network"), target)
+
+
+def _as_numpy(parameter: Any) -> Any:
+    try:
+        return parameter.asnumpy()       # on the CPU a view of the live values: nothing is copied
+    except TypeError:                    # numpy has no bfloat16
+        import mindspore as ms
+
+        return parameter.astype(ms.float32).asnumpy()
 
 
 def _get(cb_params: Any, name: str) -> Any:

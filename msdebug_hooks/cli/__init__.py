@@ -2,7 +2,9 @@
 
 Each subcommand lives in its own module in this package and exposes ``register(subparsers)``, which adds its parser
 and sets ``func`` (``func(args) -> int`` exit code). Modules are discovered, so adding a command touches one file.
-Exit codes: 0 success, 1 "found something" (hits, differences), 2 bad input (argparse's own convention).
+Exit codes: 0 success, 1 "found something" (hits, differences), 2 bad input (argparse's own convention). The
+project's errors (``ConfigError``, ``DumpError``) and unreadable or unwritable files (``OSError``) raised by a command
+become one line, ``msdebug <command>: error: ...``, and exit 2, here, once for every command.
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import sys
 from typing import Optional, Sequence
 
 from msdebug_hooks import __version__
-from msdebug_hooks.errors import ConfigError
+from msdebug_hooks._files import os_error_text
+from msdebug_hooks.errors import ConfigError, DumpError
 
 EXIT_OK, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -41,8 +44,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_BAD_INPUT
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, FileNotFoundError, NotADirectoryError) as exc:
+    except (ConfigError, DumpError) as exc:  # the project's own errors name the field, the value and what is allowed
         print(f"msdebug {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:  # a file or directory that cannot be read or written: its name and the reason
+        print(f"msdebug {args.command}: error: {os_error_text(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

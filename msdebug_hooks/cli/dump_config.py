@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from msdebug_hooks.cli import EXIT_OK
+from msdebug_hooks.cli._paths import output_file
 from msdebug_hooks.cli._warnings import warnings_to_stderr
 
 # option -> help; each maps to the DumpConfig argument of the same name (dashes -> underscores)
@@ -70,7 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="e2e_dump_settings.save_kernel_args")
     parser.add_argument("--target", default=None, choices=("CPU", "GPU", "Ascend"),
                         help="device the job runs on: turns on device-dependent rules (e.g. no statistic on CPU)")
-    parser.add_argument("--output", "-o", default=None, metavar="FILE", help="write the JSON here")
+    parser.add_argument("--output", "-o", default=None, type=output_file, metavar="FILE",
+                        help="write the JSON here (its directory must exist)")
     parser.add_argument("--print-env", action="store_true",
                         help="write the file (--output or ~/.cache/msdebug-hooks/dump-configs/) and print export lines")
     parser.add_argument("--diagnostic-data-path", default=None, metavar="DIR",

@@ -9,6 +9,7 @@ import json
 from typing import Dict, List
 
 from msdebug_hooks.cli import EXIT_OK
+from msdebug_hooks.cli._paths import output_file
 from msdebug_hooks.cli._warnings import warnings_to_stderr
 from msdebug_hooks.errors import ConfigError
 
@@ -32,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="GLOG_stderrthreshold: level also shown on the screen while logging to files")
     parser.add_argument("--max-log-size-mb", type=_int, default=None, help="GLOG_max_log_size: MB per C++ log file")
     parser.add_argument("--log-max", type=_int, default=None,
-                        help="the seed docs' GLOG_log_max spelling; mapped to GLOG_max_log_size with a warning")
+                        help="GLOG_log_max, the name some MindSpore docs use; MindSpore reads GLOG_max_log_size, "
+                             "so the value is exported under that name, with a warning")
     parser.add_argument("--logger-max-bytes", type=_int, default=None,
                         help="logger_maxBytes: bytes per Python log file")
     parser.add_argument("--logger-backup-count", type=_int, default=None,
@@ -40,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--replace", action="store_true",
                         help="also print 'unset' lines for the logging variables this configuration leaves out, so "
                              "nothing set earlier still applies")
-    parser.add_argument("--output", default=None, metavar="FILE",
+    parser.add_argument("--output", default=None, type=output_file, metavar="FILE",
                         help="also write the lines to FILE (atomically, mode 0600) for 'source FILE'")
     parser.add_argument("--json", action="store_true", help="print the variables as a JSON object instead")
     parser.set_defaults(func=_run)

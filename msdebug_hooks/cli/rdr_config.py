@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from msdebug_hooks.cli import EXIT_OK
+from msdebug_hooks.cli._paths import output_file
 from msdebug_hooks.cli._warnings import warnings_to_stderr
 
 
@@ -27,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--mem-reuse", choices=("on", "off"), default=None,
                         help='also put {"sys": {"mem_reuse": ...}} into the --output file (the only section '
                              "MindSpore 2.10 reads from it)")
-    parser.add_argument("--output", default=None, metavar="FILE",
+    parser.add_argument("--output", default=None, type=output_file, metavar="FILE",
                         help="write the env-config JSON here (atomically, mode 0600)")
     parser.add_argument("--no-exports", action="store_true", help="do not print the export lines")
     parser.set_defaults(func=_run)

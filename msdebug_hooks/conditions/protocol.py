@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from msdebug_hooks.conditions.conditions import CONDITION_CLASSES, Condition
-from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.errors import ConfigError, ConfigErrors
 
 #: ``WatchCondition.Condition`` enum value -> class
 CONDITION_BY_ID: dict[int, type[Condition]] = {c.condition_id: c for c in CONDITION_CLASSES}
@@ -133,12 +133,19 @@ def parse_condition(text: str) -> Condition:
         except ValueError:
             raise ConfigError(f"{name}.{key.strip()}", raw, "a number") from None
     if name in UI_CONDITIONS:
-        return from_ui(name, given)
-    cls = CONDITION_BY_NAME.get(name)
+        cls = UI_CONDITIONS[name].condition_class
+    else:
+        cls = CONDITION_BY_NAME.get(name)
     if cls is None:
         names = sorted(set(UI_CONDITIONS) | {c.name for c in CONDITION_CLASSES})
         raise ConfigError("condition", name, f"one of {', '.join(names)}")
-    return _build(cls, given)
+    try:
+        return _build(cls, given)
+    except ConfigError as exc:   # name the condition as the user wrote it, not the class behind it
+        errors = exc.errors if isinstance(exc, ConfigErrors) else [exc]
+        renamed = [ConfigError(str(e.field).replace(cls.__name__, name), e.value,
+                               str(e.allowed).replace(cls.__name__, name)) for e in errors]
+        raise (ConfigErrors(renamed) if len(renamed) > 1 else renamed[0]) from None
 
 
 def should_evaluate(condition: Condition, *, initial_suspension: bool, step_end: bool) -> bool:

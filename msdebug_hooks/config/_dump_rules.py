@@ -3,9 +3,9 @@
 MindSpore parses ``MINDSPORE_DUMP_CONFIG`` lazily (at the first graph compile) and stops at the first bad value. This
 module front-runs that parser: ``check(doc, target)`` returns *every* rejection (as :class:`ConfigError`) and every
 silent trap (as warning texts) for one JSON document. The keys, types and value sets live in the ``SPECS`` table; the
-few rules that link several keys are the small ``_rule_*`` functions at the end. Facts come from
-``shared/docs/mindspore-2.10-facts.md`` section 2.2 and from the corpus in ``tests/data/dump_configs`` that
-MindSpore 2.10 itself judged.
+few rules that link several keys are the small ``_rule_*`` functions at the end. The rules are summarised in
+``docs/dump-rules.md``; they come from MindSpore 2.10's dump JSON parser and from the corpus in
+``tests/data/dump_configs`` that MindSpore 2.10 itself judged.
 """
 from __future__ import annotations
 
@@ -465,7 +465,7 @@ def _unknown_message(field_name: str, key: str, known: list, other: Optional[str
 def _kind_detail(value: Any, kind: str) -> str:
     """Why the JSON type is wrong, in MindSpore's terms ("should be unsigned int type")."""
     if kind == "uint" and isinstance(value, int) and not isinstance(value, bool):
-        return "must be a non-negative integer"
+        return "negative: MindSpore reads this key as an unsigned integer"
     return f"must be {_KIND_WORDS[kind]}, not a JSON {_json_type(value)}"
 
 

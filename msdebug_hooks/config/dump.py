@@ -129,6 +129,8 @@ class DumpConfig:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise ConfigError(str(path), f"byte {exc.start}", "a UTF-8 JSON file", detail=exc.reason) from None
+        except OSError as exc:   # some errors (EIO on a device file) come without the file's name
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         duplicates: list[str] = []
 
         def reject_constant(name: str) -> Any:
@@ -138,10 +140,13 @@ class DumpConfig:
             doc = json.loads(text, object_pairs_hook=lambda pairs: _no_duplicates(pairs, duplicates),
                              parse_constant=reject_constant)
         except json.JSONDecodeError as exc:
-            line = text.splitlines()[exc.lineno - 1] if text.splitlines() else ""
-            raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}", line.strip(),
+            lines = text.splitlines()
+            at_end = not text[exc.pos:].strip()
+            line = lines[exc.lineno - 1].strip() if exc.lineno <= len(lines) else ""
+            raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}", "<end of file>" if at_end else line,
                               "strict JSON (double-quoted keys, no comments, no trailing commas)",
-                              detail=exc.msg) from None
+                              detail=f"{exc.msg}; the file ends before the JSON does: truncated or empty?"
+                              if at_end else exc.msg) from None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DumpConfigWarning)  # issued below, together with the duplicates
             config = cls.from_dict(doc, target=target)
@@ -152,7 +157,7 @@ class DumpConfig:
 
     @classmethod
     def around_step(cls, step: int, **fields: Any) -> "DumpConfig":
-        """Dump only the failing step and the one before (the seed's best practice).
+        """Dump only the failing step and the one before (MindSpore's docs recommend dumping only what is needed).
 
         ``step`` is the 1-based ``cur_step_num`` at which the failure was seen (e.g. by ``LossGuard``); MindSpore
         numbers dump iterations from 0 (plus ``initial_iteration``), so step N selects ``"N-2|N-1"``, clamped at the

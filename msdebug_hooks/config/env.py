@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
+from msdebug_hooks._files import os_error_text
 from msdebug_hooks.config._common import closest_name
 from msdebug_hooks.errors import ConfigError, ConfigErrors
 
@@ -88,7 +89,7 @@ VARIABLES: Tuple[EnvVariable, ...] = (
                 "bad syntax, unknown names or levels only warn and are ignored"),
     EnvVariable("GLOG_max_log_size", "log", "size in MB of one C++ log file (default 50)", HONOURED,
                 "an invalid value warns and falls back to 50"),
-    EnvVariable("GLOG_log_max", "log", "the seed docs' name for the C++ log file size", MISSING,
+    EnvVariable("GLOG_log_max", "log", "the C++ log file size under the name some MindSpore docs use", MISSING,
                 "never read; the real variable is GLOG_max_log_size (MB)"),
     EnvVariable("GLOG_logfile_mode", "log", "permissions of the C++ log files, octal (default 0640)", HONOURED),
     EnvVariable("logger_maxBytes", "log", "size in bytes of one Python log file (default 52428800)", HONOURED,
@@ -148,6 +149,8 @@ def _finding_from_error(exc: ConfigError) -> Finding:
 
 
 def _check_file(name: str, value: str) -> List[Finding]:
+    if os.path.isdir(value):
+        return [Finding(PROBLEM, f"{name}={value} is a directory, not a file; MindSpore fails when it reads it")]
     if not os.path.isfile(value):
         return [Finding(PROBLEM, f"{name}={value}: no such file; MindSpore fails when it reads it")]
     return []
@@ -170,8 +173,10 @@ def _check_dump_config(value: str) -> List[Finding]:
         warnings.simplefilter("always")
         try:
             DumpConfig.load(value)
-        except (ConfigError, ValueError, OSError) as exc:
+        except (ConfigError, ValueError) as exc:
             return [Finding(PROBLEM, f"dump file {value}: {exc}")]
+        except OSError as exc:
+            return [Finding(PROBLEM, f"dump file {os_error_text(exc)}")]
     return [Finding(NOTE, f"dump file: {w.message}") for w in caught] or [Finding(NOTE, "dump file is valid")]
 
 
@@ -283,7 +288,7 @@ def _log_findings(environ: Mapping[str, str]) -> Dict[str, List[Finding]]:
         found.setdefault(name, []).append(Finding(NOTE, text))
     if environ.get("GLOG_log_max"):
         found.setdefault("GLOG_log_max", []).insert(0, Finding(
-            PROBLEM, "GLOG_log_max does not exist in MindSpore (the seed docs' spelling); set GLOG_max_log_size "
+            PROBLEM, "GLOG_log_max does not exist in MindSpore (some of its docs use that name); set GLOG_max_log_size "
                      "(MB) instead"))
     return found
 

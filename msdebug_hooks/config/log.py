@@ -35,7 +35,7 @@ SUBMODULES_2_10 = (
 #: Every variable a LogConfig renders, in rendering order.
 LOG_VARIABLES = ("GLOG_v", "GLOG_logtostderr", "GLOG_log_dir", "GLOG_stderrthreshold", "MS_SUBMODULE_LOG_v",
                  "GLOG_max_log_size", "logger_maxBytes", "logger_backupCount")
-#: The spelling in the seed docs; MindSpore 2.10 never reads it.
+#: The name some MindSpore docs use; MindSpore 2.10 never reads it.
 LOG_MAX_ALIAS = "GLOG_log_max"
 
 # MindSpore 2.10's own check for a log directory it has to create (mindspore/log.py).
@@ -111,7 +111,7 @@ class LogConfig:
             ``<log_dir>/rank_<id>/logs/`` (see ``log_location()``).
         stderr_threshold: ``GLOG_stderrthreshold``, the level also echoed to the screen while logging to files.
         max_log_size_mb: ``GLOG_max_log_size``, size in MB of one C++ log file before glog starts a new one
-            (MindSpore's default 50). The seed docs call this ``GLOG_log_max``; pass ``log_max=`` to use that name.
+            (MindSpore's default 50). Some MindSpore docs call it ``GLOG_log_max``; pass ``log_max=`` to use that name.
         logger_max_bytes: ``logger_maxBytes``, size in bytes of one Python log file (default 52428800).
         logger_backup_count: ``logger_backupCount``, how many rotated Python log files are kept (default 30).
 

@@ -1,6 +1,6 @@
 """Running Data Recorder (RDR) and memory-reuse settings, and an honest answer to "does my MindSpore read them?".
 
-The seed describes two ways to configure RDR: a JSON file passed to ``set_context(env_config_path=...)`` holding
+MindSpore's docs describe two ways to configure RDR: a JSON file passed to ``set_context(env_config_path=...)`` holding
 ``{"rdr": {"enable": true, "mode": 1, "path": "/abs/dir"}}``, and the variables ``MS_RDR_ENABLE``, ``MS_RDR_MODE``,
 ``MS_RDR_PATH``. When both are given the file wins, key by key: MindSpore read the variables first and then let every
 key present in the file override them. Data went to ``<path>/rank_<RANK_ID>/rdr/``.
@@ -192,7 +192,7 @@ class RDRConfig:
     def resolve(cls, file_data: Optional[Mapping[str, Any]] = None,
                 environ: Optional[Mapping[str, str]] = None) -> Optional["RDRConfig"]:
         """The settings MindSpore (where it supports RDR) ends up with: the variables, then every key present in the
-        file's ``rdr`` section overriding them (the seed's "the configuration file takes precedence")."""
+        file's ``rdr`` section overriding them (MindSpore's docs: the configuration file takes precedence)."""
         env = os.environ if environ is None else environ
         merged: Dict[str, Any] = {}
         from_env = cls.from_env(env) if any(env.get(n) is not None for n in RDR_VARIABLES) else None

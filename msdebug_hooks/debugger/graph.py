@@ -2,7 +2,7 @@
 
 MindSpore's old client exported the compiled kernel graph, which Python cannot see. We describe the network at
 cell level instead, with MindSpore's naming so that MindInsight classifies the nodes the way it did then
-(shared/docs/debugger-protocol.md section 3):
+(docs/debugger-protocol.md section 3):
 
 * every leaf cell becomes one op node whose type is the cell class (``Conv2d``, ``ReLU``, ``Dense``, the loss
   class), in scope ``Default/<attr>-<Class>/...`` (e.g. ``Default/network-WithLossCell/_backbone-LeNet5/

@@ -1,7 +1,7 @@
 """gRPC transport to MindInsight's ``debugger.EventListener``: channel, deadlines, chunking, error mapping.
 
 This module only moves messages. What a command means, when to wait and what to answer is decided by the session
-(``msdebug_hooks.debugger.session``). Three rules from the server shape it (shared/docs/debugger-protocol.md):
+(``msdebug_hooks.debugger.session``). Three rules from the server shape it (docs/debugger-protocol.md 1.1, 1.4):
 
 * The server keeps gRPC's default 4 MiB receive limit, so every streamed message is cut to at most
   ``CHUNK_BYTES`` (3 MiB) serialised: graphs as ``Chunk`` pieces, tensors as ``TensorProto`` pieces that repeat the

@@ -1,7 +1,7 @@
 """Check every server reply before the session obeys it: a broken or hostile server is refused, never obeyed.
 
 The server is trusted to drive the debugger (pause, step, watchpoints, views), not to harm training. So a reply is
-checked against the protocol (shared/docs/debugger-protocol.md 1.4-1.7) and against limits that keep our work
+checked against the protocol (docs/debugger-protocol.md 1.4-1.7) and against limits that keep our work
 bounded, before any handler sees it: unknown status or run level, out-of-range ids and step counts, non-finite or
 too many condition parameters, absurd numbers or lengths of names. Whether a condition id and its parameter names
 exist is checked when the watchpoint is built (``conditions.protocol.from_protocol``); whether a view's total

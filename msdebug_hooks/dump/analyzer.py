@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
@@ -113,6 +114,25 @@ class DumpAnalyzer:
                         runs.append(run)
         return sorted(runs, key=lambda r: (r.iteration, r.rank, r.graph_id))
 
+    def layout_warnings(self) -> list[str]:
+        """What this dump lacks that changes the answers, one sentence per rank and graph (empty: nothing).
+
+        Without ``graphs/`` nodes have no source lines (``select_by="code_stack"`` finds nothing) and keep the
+        names of their files; without ``execution_order/`` hits within an iteration are not in the order the
+        operators ran (a gradient may come before the forward operator that caused it).
+        """
+        notes = []
+        for rank in self.get_ranks():
+            for graph_id in self._dump.graphs(rank):
+                where = f"rank_{rank}, graph {graph_id}"
+                if self._dump.ir_graph(rank, graph_id) is None:
+                    notes.append(f"{where}: no graphs/ms_output_trace_code_graph_{graph_id}.ir, so nodes have no "
+                                 "source lines (code_stack selects nothing) and are named after their files")
+                if not self._dump.execution_order(rank, graph_id):
+                    notes.append(f"{where}: no execution_order/ms_execution_order_graph_{graph_id}.csv, so hits "
+                                 "within an iteration are not in the order the operators ran")
+        return notes
+
     # ---- nodes ------------------------------------------------------------------------------------------------
     def list_nodes(self, ranks: IntOrList = None, node_type: Optional[str] = None) -> list[Node]:
         """Every node, in execution order within each rank; ``node_type``: operator, parameter or constant."""
@@ -130,7 +150,11 @@ class DumpAnalyzer:
         ``query_string``. A stack entry reads ``<file_path>:<line_no>\\n<code_line>``; a query ending in a line
         number matches that line exactly (``lenet.py:5`` does not match line 58)."""
         match = self._matcher(query_string, use_regex, select_by, case_sensitive)
-        return [node for node in self.list_nodes(ranks) if match(node)]
+        nodes = self.list_nodes(ranks)
+        if select_by == "code_stack" and not any(node.stack for node in nodes):
+            warnings.warn(f"no node of {self._dump_dir} has source lines (its graphs/ directory is missing), so "
+                          f"select_by='code_stack' selects nothing", stacklevel=2)
+        return [node for node in nodes if match(node)]
 
     def select_tensors(self, query_string: str, use_regex: bool = False, select_by: str = "node_name",
                        iterations: IntOrList = None, ranks: IntOrList = None, slots: IntOrList = None,

@@ -60,7 +60,9 @@ def read_header(path: Path | str) -> NpyHeader:
             try:
                 shape, fortran, dtype = _parse_header(handle, path)
             except (ValueError, OSError, EOFError, TypeError) as exc:
-                raise DumpError(path, "a .npy file (numpy magic and header)", detail=str(exc)) from None
+                # numpy's literal_eval failure names a Python AST object: say what is wrong instead
+                reason = "the header dictionary is malformed" if "<ast." in str(exc) else str(exc)
+                raise DumpError(path, "a .npy file (numpy magic and header)", detail=reason) from None
             offset = handle.tell()
             size = os.fstat(handle.fileno()).st_size
     except FileNotFoundError:

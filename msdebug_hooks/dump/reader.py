@@ -20,7 +20,7 @@ import csv
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 from msdebug_hooks.dump import layout
 from msdebug_hooks.dump.ir_trace import IrGraph, parse_ir
@@ -133,8 +133,7 @@ class DumpDir:
         directory = self._iter_dirs.get((rank, graph_id, iteration))
         if not directory or not (directory / layout.STATISTIC_FILE).is_file():
             return []
-        with open(directory / layout.STATISTIC_FILE, newline="", encoding="utf-8") as handle:
-            return [dict(row) for row in csv.DictReader(handle)]
+        return [dict(row) for row in csv.DictReader(_text_lines(directory / layout.STATISTIC_FILE))]
 
     # ---- side files -------------------------------------------------------------------------------------------
     def _side_file(self, rank: int, sub: str, pattern, graph_id: int) -> Optional[Path]:
@@ -184,10 +183,17 @@ class DumpDir:
         return f"DumpDir({str(self.root)!r}, layout={self.layout}, ranks={self.ranks()})"
 
 
-def _csv_column(path: Path) -> Iterable[str]:
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            yield line.strip().split(",")[0]
+def _text_lines(path: Path) -> list[str]:
+    """The lines of a CSV MindSpore wrote; ``DumpError`` naming the file when it is not UTF-8 text."""
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise DumpError(path, "a UTF-8 text file as MindSpore writes it",
+                        detail=f"byte {exc.start}: {exc.reason}") from None
+
+
+def _csv_column(path: Path) -> list[str]:
+    return [line.strip().split(",")[0] for line in _text_lines(path)]
 
 
 def _read_mapping(directory: Path) -> dict[str, str]:
@@ -196,15 +202,14 @@ def _read_mapping(directory: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     mapping = {}
-    with open(path, newline="", encoding="utf-8") as handle:
-        for row in csv.reader(handle):
-            if len(row) < 2:
-                continue
-            first, second = row[0].strip(), row[1].strip()
-            if (directory / first).exists():
-                mapping[first] = second
-            elif (directory / second).exists():
-                mapping[second] = first
+    for row in csv.reader(_text_lines(path)):
+        if len(row) < 2:
+            continue
+        first, second = row[0].strip(), row[1].strip()
+        if (directory / first).exists():
+            mapping[first] = second
+        elif (directory / second).exists():
+            mapping[second] = first
     return mapping
 
 

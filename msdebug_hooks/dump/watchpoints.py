@@ -6,7 +6,9 @@ value for change conditions) is alive at any time, whatever the dump's size. num
 reductions, so threads can use both cores on large tensors without copying them between processes.
 
 Error codes follow MindInsight: 1 NaN, 2 +/-Inf, 4 no previous tensor, 8 tensor larger than ``mem_limit``,
-32 tensor has no value (only reported with ``error_on_no_value=True``).
+32 tensor has no value (only reported with ``error_on_no_value=True``); and ours, 64: the tensor's file (or its
+previous value's) could not be read (truncated, corrupt, unreadable): one such record per watchpoint, with the reason
+in ``error_msg``, and the check goes on with the other tensors.
 """
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
+from msdebug_hooks._files import os_error_text
 from msdebug_hooks.dump import npy
 from msdebug_hooks.dump.nodes import DebuggerTensor
-from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.errors import ConfigError, DumpError
 
 ERROR_MESSAGES = (
     "Tensor contains NaN.",
@@ -27,8 +30,9 @@ ERROR_MESSAGES = (
     "The tensor size exceeds the memory limit.",
     "Graph history file is not available.",
     "Tensor has no value.",
+    "The tensor file cannot be read",
 )
-ERROR_MEMORY_LIMIT, ERROR_NO_VALUE = 8, 32
+ERROR_MEMORY_LIMIT, ERROR_NO_VALUE, ERROR_UNREADABLE = 8, 32, 64
 PARALLEL_MIN_BYTES = 1 << 20   # tensors from 1 MiB up are checked in worker threads
 
 
@@ -107,17 +111,19 @@ class _Outcome:
     hit: bool
     error_code: int
     params: tuple
+    reason: str = ""      # why the file could not be read (ERROR_UNREADABLE)
 
 
 class WatchpointHit:
     """A tensor that met a watchpoint's condition, or could not be checked (``error_code`` != 0)."""
 
     def __init__(self, tensor: DebuggerTensor, watchpoint: Watchpoint, params: Sequence[Any],
-                 error_code: int) -> None:
+                 error_code: int, reason: str = "") -> None:
         self._tensor = tensor
         self._watchpoint = watchpoint
         self._params = tuple(params)
         self._error_code = int(error_code)
+        self._reason = reason
 
     @property
     def tensor(self) -> DebuggerTensor:
@@ -133,7 +139,10 @@ class WatchpointHit:
 
     @property
     def error_msg(self) -> list[str]:
-        return [text for bit, text in enumerate(ERROR_MESSAGES) if (self._error_code >> bit) & 1]
+        messages = [text for bit, text in enumerate(ERROR_MESSAGES) if (self._error_code >> bit) & 1]
+        if self._error_code & ERROR_UNREADABLE:
+            messages[-1] += f": {self._reason}."
+        return messages
 
     def get_threshold(self) -> Any:
         """The condition as the user set it."""
@@ -186,17 +195,21 @@ def _check_one(tensor: DebuggerTensor, conditions: list, mem_limit_bytes: int,
     if path is None:
         outcome = _Outcome(False, ERROR_NO_VALUE, ()) if error_on_no_value else None
         return [outcome for _ in conditions]
-    header = npy.read_header(path)
-    previous_value = None
-    if any(getattr(c, "needs_previous", False) for c in conditions):
-        before = tensor.previous()
-        previous_path = before.file if before is not None else None
-        if previous_path is not None:
-            previous_value = npy.load(previous_path)
-    size = header.nbytes + (previous_value.nbytes if previous_value is not None else 0)
-    if mem_limit_bytes and size > mem_limit_bytes:
-        return [_Outcome(False, ERROR_MEMORY_LIMIT, ()) for _ in conditions]
-    value = npy.load(path, header=header)
+    try:
+        header = npy.read_header(path)
+        previous_value = None
+        if any(getattr(c, "needs_previous", False) for c in conditions):
+            before = tensor.previous()
+            previous_path = before.file if before is not None else None
+            if previous_path is not None:
+                previous_value = npy.load(previous_path)
+        size = header.nbytes + (previous_value.nbytes if previous_value is not None else 0)
+        if mem_limit_bytes and size > mem_limit_bytes:
+            return [_Outcome(False, ERROR_MEMORY_LIMIT, ()) for _ in conditions]
+        value = npy.load(path, header=header)
+    except (DumpError, OSError, ValueError) as exc:   # one bad file is one record, not the end of the check
+        reason = os_error_text(exc) if isinstance(exc, OSError) else str(exc)
+        return [_Outcome(False, ERROR_UNREADABLE, (), reason) for _ in conditions]
     outcomes = []
     for result in engine.check_many(conditions, value, previous_value):   # one statistics pass for all
         report = result.hit or result.error_code
@@ -225,7 +238,7 @@ def check_watchpoints(watchpoints: Sequence[Watchpoint], order_key, *, error_on_
         tensor = tensors[position]
         indices = plan[tensor]
         outcomes = _check_one(tensor, [watchpoints[i].condition for i in indices], limit, error_on_no_value)
-        results[position] = [WatchpointHit(tensor, watchpoints[i], outcome.params, outcome.error_code)
+        results[position] = [WatchpointHit(tensor, watchpoints[i], outcome.params, outcome.error_code, outcome.reason)
                              for i, outcome in zip(indices, outcomes) if outcome is not None]
 
     if workers <= 1:
