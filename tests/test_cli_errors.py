@@ -169,3 +169,15 @@ def test_unwritable_and_unreadable_system_files(capsys):
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith("msdebug dump-config: error: /sys/x.json: ")
     code, out, err = run_cli(capsys, "check-config", "/proc/self/mem")      # EIO, raised without a file name
     assert code == 2 and out == "" and err.strip() == "msdebug check-config: error: /proc/self/mem: Input/output error"
+
+
+def test_every_command_help_is_plain_text(capsys):
+    """Module docstrings serve as help: no reStructuredText literals or roles reach the terminal."""
+    from msdebug_hooks.cli import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert {"check-dump", "compare-loss", "compare-dumps", "compare-layers", "compare-weights"} <= set(commands)
+    for name, command in commands.items():
+        text = command.format_help()
+        assert "``" not in text and ":class:" not in text, name

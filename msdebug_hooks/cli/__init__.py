@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import re
 import sys
 from typing import Optional, Sequence
 
@@ -24,7 +25,8 @@ EXIT_OK, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="msdebug",
-        description="Build, check and apply MindSpore diagnostic settings; analyse dumps and checkpoints.",
+        description="Build, check and apply MindSpore diagnostic settings; analyse dumps and checkpoints; compare a "
+                    "run with a reference; debug a training job.",
     )
     parser.add_argument("--version", action="version", version=f"msdebug-hooks {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -33,7 +35,19 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         module.register(subparsers)
+    for command in subparsers.choices.values():   # module docstrings make good help, minus their markup
+        command.description = plain_text(command.description)
     return parser
+
+
+def plain_text(text: Optional[str]) -> Optional[str]:
+    """Help text as a terminal shows it: reStructuredText roles and literals (``x``, :class:`x`) become plain x,
+    a literal-block ``::`` a colon."""
+    if not text:
+        return text
+    text = re.sub(r":[a-z]+:`([^`]+)`", r"\1", text)
+    text = re.sub(r"``([^`]+)``", r"\1", text)
+    return re.sub(r"::$", ":", text, flags=re.MULTILINE)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
