@@ -39,6 +39,10 @@ def test_recommended_watchpoints_all_work_with_activations_and_gradients_in_pyna
     rest = mindinsight_server.rest
     with training(tmp_path, mindinsight_server, "--nan-batch", "2") as run:
         _at_step(rest, run, 0)
+        (conv_node,) = [n for n in rest.retrieve_node(f"{BACKBONE}/conv1-Conv2d")["graph"]["nodes"]
+                        if n["name"] == CONV1]
+        frames = [(f["file_path"].rsplit("/", 1)[-1], f["code_line"]) for f in conv_node["stack_info"]]
+        assert ("lenet.py", "def construct(self, x):") in frames, frames      # the layer's place in the script
         recommended = {wp["id"]: wp["watch_condition"]["id"] for wp in _recommend(rest)}
         assert {"gradient_vanishing", "tensor_overflow", "activation_range"} <= set(recommended.values()), recommended
         assert _history(rest, CONV1, timeout=3).get("dtype", "DT_UNDEFINED") == "DT_UNDEFINED"   # none at step 0

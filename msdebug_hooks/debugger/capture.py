@@ -21,7 +21,7 @@ import numpy as np
 
 from msdebug_hooks.debugger.graph import DebugGraph
 
-__all__ = ["CellCapture"]
+__all__ = ["CellCapture", "to_numpy"]
 
 
 def _first_tensor(value: Any) -> Any:
@@ -32,7 +32,8 @@ def _first_tensor(value: Any) -> Any:
     return value
 
 
-def _to_numpy(tensor: Any) -> Optional[np.ndarray]:
+def to_numpy(tensor: Any) -> Optional[np.ndarray]:
+    """A MindSpore tensor's value (float32 where NumPy has no equivalent, e.g. bfloat16); None for a non-tensor."""
     try:
         return tensor.asnumpy()
     except (TypeError, RuntimeError):      # e.g. bfloat16 without a NumPy equivalent
@@ -96,7 +97,7 @@ class CellCapture:
 
     def _cell_hook(self, name: str):
         def keep_output(cell, inputs, output) -> None:
-            value = _to_numpy(_first_tensor(output))
+            value = to_numpy(_first_tensor(output))
             if value is not None:
                 self.values[name] = value
         return keep_output
@@ -109,7 +110,7 @@ class CellCapture:
             for weight, gradient in zip(weights, gradients):
                 node = nodes.get(weight)
                 if node is not None and node in self._wanted:
-                    value = _to_numpy(gradient)
+                    value = to_numpy(gradient)
                     if value is not None:
                         self.values[node] = value
         return keep_gradients

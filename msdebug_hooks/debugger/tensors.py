@@ -13,17 +13,10 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from msdebug_hooks.callbacks._common import loss_value
-from msdebug_hooks.debugger.capture import CellCapture
+from msdebug_hooks.debugger.capture import CellCapture, to_numpy
 from msdebug_hooks.debugger.graph import DATA_INPUT, LABEL_INPUT, DebugGraph
 
 __all__ = ["NetworkTensors"]
-
-
-def _parameter_value(source: Any) -> np.ndarray:
-    try:
-        return source.asnumpy()
-    except (TypeError, RuntimeError):   # e.g. bfloat16 without a NumPy equivalent
-        return source.float().asnumpy()
 
 
 class NetworkTensors:
@@ -90,8 +83,8 @@ class NetworkTensors:
             return self.capture.values.get(name)
         if name in (DATA_INPUT, LABEL_INPUT):
             index = 0 if name == DATA_INPUT else 1
-            return _parameter_value(self._inputs[index]) if len(self._inputs) > index else None
+            return to_numpy(self._inputs[index]) if len(self._inputs) > index else None
         param = self.graph.parameters.get(name)
         if param is None or param.source is None:
             return None
-        return _parameter_value(param.source)
+        return to_numpy(param.source)
