@@ -310,3 +310,31 @@ def test_the_example_runs_under_msdebug_run_without_a_server():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "training finished" in proc.stdout, proc.stderr
     assert proc.stderr.count("training continues without the debugger") == 1
+
+
+@pytest.mark.mindspore
+def test_a_debugger_listed_last_runs_its_step_end_first_and_leaves_the_other_callbacks_as_they_were():
+    from conftest import run_python
+
+    proc = run_python(f"""
+        from mindspore.train import Callback
+        from lenet import make_model, make_dataset
+        from msdebug_hooks import DebuggerCallback
+
+        order = []
+        class User(Callback):
+            def on_train_step_end(self, run_context):
+                order.append("user")
+
+        class Debugger(DebuggerCallback):
+            def _step_end(self, run_context):
+                order.append("debugger")
+                super()._step_end(run_context)
+
+        user = User()
+        model, _ = make_model()
+        model.train(1, make_dataset(2), callbacks=[user, Debugger("127.0.0.1", {free_port()})],
+                    dataset_sink_mode=False)      # no server: detached after one warning, still in the list
+        print(order, "on_train_step_end" in vars(user))
+    """)
+    assert proc.stdout.strip().splitlines()[-1] == "['debugger', 'user', 'debugger', 'user'] False", proc.stdout
