@@ -8,6 +8,12 @@ imported early, so its own environment settings keep working.
 
 ``Model.train`` and ``Model.fit`` both funnel into ``Model._train(epoch, dataset, callbacks=..., ...)``; wrapping that
 one method adds our callbacks to both, after ``Model.train``'s legacy-hook check (ours use only ``on_train_*`` hooks).
+Ours go *before* the script's own callbacks: the debugger must see a step before, say, MindSpore's ``LossMonitor``
+raises on a NaN loss in the same step end, or the hit would never reach the UI.
+
+A bad ``ENABLE_MS_DEBUGGER`` / ``MS_DEBUGGER_*`` value stops the script at ``Model.train`` with one line naming the
+variable, the value and what is allowed, and exit status 2 (``SystemExit``, so no traceback through the script, and
+the script's own ``except Exception`` does not swallow it).
 """
 from __future__ import annotations
 
@@ -57,8 +63,9 @@ def extra_callbacks() -> list:
 def install_from_env() -> None:
     """Entry point of the ``.pth`` line: register the online debugger, configured from ``MS_DEBUGGER_*``.
 
-    Nothing is validated here (a ``.pth`` line cannot report errors well); the debugger callback validates the
-    environment when the first training starts and raises one clear error naming the variable.
+    Nothing is validated here (a ``.pth`` line cannot report errors well; it calls this for any ``ENABLE_MS_DEBUGGER``
+    other than unset, 0 or false, so that ``yes`` is refused rather than ignored): the first ``Model.train`` checks
+    the environment and stops the script with one line naming the variable (exit status 2).
     ``MS_DEBUGGER_SOURCE=dump`` also sets MindSpore's dump up now, before anything compiles (``dump_scratch``).
     """
     register(_debugger_from_env)
@@ -90,8 +97,20 @@ def _merge_callbacks(callbacks: Any) -> list:
     # a callback the user already passed explicitly is not added twice: same class, or same ``autoattach_role``
     # (DebuggerCallback and DistributedDebugger are both "the debugger")
     present = {_role(cb) for cb in merged}
-    merged.extend(cb for cb in extra_callbacks() if _role(cb) not in present)
-    return merged
+    return [cb for cb in extra_callbacks() if _role(cb) not in present] + merged
+
+
+def _callbacks_or_exit(callbacks: Any) -> list:
+    """``_merge_callbacks``, or, when a setting is bad, its one-line explanation on stderr and ``SystemExit(2)``."""
+    from msdebug_hooks.errors import ConfigError
+
+    try:
+        return _merge_callbacks(callbacks)
+    except ConfigError as exc:
+        for line in str(exc).splitlines():
+            print(f"msdebug-hooks: {line}", file=sys.stderr)
+        print("msdebug-hooks: the training did not start; fix the setting above", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 def _role(callback: Any) -> Any:
@@ -107,7 +126,7 @@ def patch_model_class(model_module: ModuleType) -> None:
 
     @functools.wraps(original)
     def _train(self, epoch, train_dataset, *args: Any, callbacks: Any = None, **kwargs: Any):
-        return original(self, epoch, train_dataset, *args, callbacks=_merge_callbacks(callbacks), **kwargs)
+        return original(self, epoch, train_dataset, *args, callbacks=_callbacks_or_exit(callbacks), **kwargs)
 
     setattr(_train, _PATCHED_FLAG, True)
     model_cls._train = _train

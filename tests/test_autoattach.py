@@ -79,7 +79,9 @@ def test_pth_line_installs_the_hook_only_when_enabled(tmp_path):
         hooked = any(isinstance(f, autoattach._ModelImportHook) for f in sys.meta_path)
         print(hooked, "mindspore" in sys.modules)
     """
-    for value, expected in (("1", "True False"), ("True", "True False"), ("", "False False"), ("0", "False False")):
+    # any other value installs the hook too, so that the first Model.train refuses it in one line (not ignored)
+    for value, expected in (("1", "True False"), ("True", "True False"), ("", "False False"), ("0", "False False"),
+                            ("FALSE", "False False"), ("yes", "True False")):
         proc = run_python(code, env={"ENABLE_MS_DEBUGGER": value})
         assert proc.stdout.strip() == expected, value
 
@@ -119,3 +121,25 @@ def test_a_callback_with_the_same_role_is_not_added_twice():
         print(calls)
     """)
     assert proc.stdout.splitlines()[:2] == ["[1, 2]", "['env', 'env']"]
+
+
+def test_env_callbacks_run_before_the_scripts_own_at_every_step_end():
+    """The debugger must see a step before a script callback (LossMonitor on a NaN loss) can end the job."""
+    proc = run_python(RECORDER + """
+        from msdebug_hooks import autoattach
+        from lenet import make_model, make_dataset
+
+        class UserCallback(Callback):
+            def on_train_step_end(self, run_context):
+                calls.append("user")
+
+        class EnvCallback(Callback):
+            def on_train_step_end(self, run_context):
+                calls.append("env")
+
+        autoattach.register(lambda: [EnvCallback()])
+        model, _ = make_model()
+        model.train(1, make_dataset(2), callbacks=[UserCallback()])
+        print(calls)
+    """)
+    assert proc.stdout.strip().splitlines()[-1] == "['env', 'user', 'env', 'user']"

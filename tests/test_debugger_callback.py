@@ -145,11 +145,39 @@ def test_no_server_listening_trains_to_the_end_with_one_warning(tmp_path):
 
 
 @pytest.mark.mindspore
-def test_a_bad_variable_stops_the_script_with_one_clear_error(tmp_path):
-    proc = _run_script(tmp_path, _env(MS_DEBUGGER_PORT="abc"), "--batches", "2")
-    assert proc.returncode != 0 and not (tmp_path / "steps.log").exists()
-    assert proc.stdout.count("MS_DEBUGGER_PORT='abc' is not allowed: a port number 1-65535") == 1, proc.stdout
-    assert "ConfigError" in proc.stdout.strip().splitlines()[-1]
+@pytest.mark.parametrize("env, message", [
+    (_env(MS_DEBUGGER_PORT="abc"), "MS_DEBUGGER_PORT='abc' is not allowed: a port number 1-65535"),
+    (_env(MS_DEBUGGER_SOURCE="full"), "MS_DEBUGGER_SOURCE='full' is not allowed: one of light, dump"),
+    ({"ENABLE_MS_DEBUGGER": "yes"}, "ENABLE_MS_DEBUGGER='yes' is not allowed: 1 or true (any case) to attach the "
+                                    "debugger; 0, false or unset not to"),
+], ids=["port", "source", "enable-yes"])
+def test_a_bad_variable_stops_the_script_with_one_clear_line_and_exit_2(tmp_path, env, message):
+    """No traceback through the user's script: one line naming the variable, the value and what is allowed."""
+    proc = _run_script(tmp_path, env, "--batches", "2")
+    assert proc.returncode == 2 and not (tmp_path / "steps.log").exists(), proc.stdout
+    assert "Traceback" not in proc.stdout, proc.stdout
+    assert proc.stdout.count(message) == 1, proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "msdebug-hooks: the training did not start; fix the setting above"
+
+
+@pytest.mark.mindspore
+def test_a_bad_variable_is_not_swallowed_by_the_scripts_except_exception(tmp_path):
+    script = tmp_path / "catches.py"
+    script.write_text("from lenet import make_model, make_dataset\n"
+                      "model, _ = make_model()\n"
+                      "try:\n    model.train(1, make_dataset(2))\nexcept Exception as exc:\n"
+                      "    print('swallowed', exc)\n"
+                      "raise ValueError('the script goes on and fails on its own')\n")
+    site_dir = tmp_path / "site-packages"
+    site_dir.mkdir()
+    shutil.copy(ROOT / "msdebug_hooks_autoattach.pth", site_dir)
+    code = (f"import runpy, site; site.addsitedir({str(site_dir)!r}); "
+            f"runpy.run_path({str(script)!r}, run_name='__main__')")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(EXAMPLES), str(ROOT)]), ENABLE_MS_DEBUGGER="1",
+               MS_DEBUGGER_PORT="0")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "swallowed" not in proc.stdout and "Traceback" not in proc.stderr, proc.stderr
+    assert "MS_DEBUGGER_PORT='0' is not allowed" in proc.stderr
 
 
 def test_msdebug_run_rejects_bad_values_before_starting(tmp_path):
@@ -157,7 +185,14 @@ def test_msdebug_run_rejects_bad_values_before_starting(tmp_path):
     env.pop("ENABLE_MS_DEBUGGER", None)
     proc = subprocess.run([MSDEBUG, "run", "--port", "70000", str(SCRIPT)], capture_output=True, text=True, env=env,
                           timeout=60)
-    assert proc.returncode == 2 and "MS_DEBUGGER_PORT='70000' is not allowed" in proc.stderr
+    assert proc.returncode == 2 and "--port='70000' is not allowed" in proc.stderr     # the option the user typed
+    assert "MS_DEBUGGER_PORT" not in proc.stderr
+    proc = subprocess.run([MSDEBUG, "run", "--host", "no-such-host.invalid", str(SCRIPT)], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert proc.returncode == 2 and "--host='no-such-host.invalid' is not allowed" in proc.stderr
+    proc = subprocess.run([MSDEBUG, "run"], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2 and "required: script, args" not in proc.stderr
+    assert "msdebug run: error: missing the training script to run" in proc.stderr, proc.stderr
     proc = subprocess.run([MSDEBUG, "run", str(tmp_path / "missing.py")], capture_output=True, text=True, env=env,
                           timeout=60)
     assert proc.returncode == 2 and "missing.py" in proc.stderr
@@ -275,3 +310,31 @@ def test_the_example_runs_under_msdebug_run_without_a_server():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "training finished" in proc.stdout, proc.stderr
     assert proc.stderr.count("training continues without the debugger") == 1
+
+
+@pytest.mark.mindspore
+def test_a_debugger_listed_last_runs_its_step_end_first_and_leaves_the_other_callbacks_as_they_were():
+    from conftest import run_python
+
+    proc = run_python(f"""
+        from mindspore.train import Callback
+        from lenet import make_model, make_dataset
+        from msdebug_hooks import DebuggerCallback
+
+        order = []
+        class User(Callback):
+            def on_train_step_end(self, run_context):
+                order.append("user")
+
+        class Debugger(DebuggerCallback):
+            def _step_end(self, run_context):
+                order.append("debugger")
+                super()._step_end(run_context)
+
+        user = User()
+        model, _ = make_model()
+        model.train(1, make_dataset(2), callbacks=[user, Debugger("127.0.0.1", {free_port()})],
+                    dataset_sink_mode=False)      # no server: detached after one warning, still in the list
+        print(order, "on_train_step_end" in vars(user))
+    """)
+    assert proc.stdout.strip().splitlines()[-1] == "['debugger', 'user', 'debugger', 'user'] False", proc.stdout

@@ -98,3 +98,34 @@ def test_mindinsight_lists_the_weights_and_watches_exactly_them(lenet_graph, min
     finally:
         rest.reset()
         transport.close()
+
+
+@pytest.mark.mindspore
+@pytest.mark.timeout(180)
+def test_light_graph_has_gradient_nodes_stacks_and_captures_only_what_is_wanted():
+    """PyNative (MindSpore's default): hooks exist only while wanted; values are the real layer outputs and the
+    real gradients the optimizer applied."""
+    import numpy as np
+    from lenet import make_dataset, make_model
+
+    from msdebug_hooks.debugger.capture import CellCapture
+
+    model, network = make_model(0.01)
+    graph = build_graph(model.train_network)
+    conv1 = f"{BACKBONE}/conv1-Conv2d/Conv2d-op1"
+    grad = f"Gradients/{BACKBONE}/fc3-Dense/GradOf_fc3.bias-op26"
+    assert graph.gradients[grad] == "fc3.bias" and len(graph.gradients) == len(WEIGHTS)
+    stack = next(n.source_address for n in graph.proto.node if n.full_name == conv1)
+    assert "lenet.py" in stack and "def construct(self, x):" in stack      # the script's LeNet5, under Conv2d's
+
+    capture = CellCapture(graph)
+    assert not network.conv1._forward_hook and not model._optimizer._forward_pre_hook   # nothing by default
+    capture.want({conv1, grad, "no-such-node"})
+    assert len(network.conv1._forward_hook) == 1 and len(model._optimizer._forward_pre_hook) == 1
+    before = network.fc3.bias.asnumpy().copy()
+    model.train(1, make_dataset(1), dataset_sink_mode=False)
+    assert capture.values[conv1].shape == (32, 6, 28, 28)
+    lr = 0.01   # Momentum at step 1: bias -= lr * gradient (the moment starts at zero)
+    np.testing.assert_allclose(before - lr * capture.values[grad], network.fc3.bias.asnumpy(), rtol=1e-5, atol=1e-7)
+    capture.want(set())
+    assert not network.conv1._forward_hook and not model._optimizer._forward_pre_hook and not capture.values

@@ -104,7 +104,11 @@ class DistributedDebugger(AgreedStop, Callback):
         self.debugger = DebuggerCallback(self.host, port, device_id=rank, **self.options)
         if world_size() > 1:
             _LOG.info("connects to MindInsight at %s:%d", self.host, port)
-        self.debugger.on_train_begin(run_context)
+        self.debugger.on_train_begin(run_context, owner=self)   # its step end runs before the callbacks listed first
+
+    def on_train_step_begin(self, run_context: Any) -> None:
+        if self.debugger is not None:
+            self.debugger.on_train_step_begin(run_context)
 
     def _train_step_end(self, run_context: Any) -> None:
         if self.debugger is not None:

@@ -26,15 +26,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="MindInsight's --debugger-port (default: $MS_DEBUGGER_PORT, else 50051)")
     parser.add_argument("--wait", action="store_true",
                         help="if MindInsight is not up yet, wait for it instead of training without the debugger")
-    parser.add_argument("script", help="the training script")
+    parser.add_argument("script", nargs="?", help="the training script")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from msdebug_hooks import autoattach
-    from msdebug_hooks.debugger.settings import WAIT_VARIABLE, DebuggerSettings
+    from msdebug_hooks.debugger.settings import DEFAULT_HOST, DEFAULT_PORT, WAIT_VARIABLE, DebuggerSettings, \
+        validate_address
 
+    if args.script is None:
+        print("msdebug run: error: missing the training script to run (usage: msdebug run [--host H] [--port P] "
+              "[--wait] train.py [script arguments...])", file=sys.stderr)
+        return 2
+    if args.host is not None or args.port is not None:   # errors name the option typed, not the variable it sets
+        validate_address(args.host if args.host is not None else os.environ.get("MS_DEBUGGER_HOST", DEFAULT_HOST),
+                         args.port if args.port is not None else os.environ.get("MS_DEBUGGER_PORT",
+                                                                                  str(DEFAULT_PORT)),
+                         host_field="--host" if args.host is not None else "MS_DEBUGGER_HOST",
+                         port_field="--port" if args.port is not None else "MS_DEBUGGER_PORT")
     script = Path(args.script)
     if not script.is_file():
         raise FileNotFoundError(f"script {args.script!r} does not exist or is not a file")

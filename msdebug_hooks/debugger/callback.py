@@ -4,15 +4,19 @@ A thin adapter between MindSpore's callback hooks and ``DebuggerSession`` (the p
 
 * ``on_train_begin``: describe the training network as a graph, connect (bounded unless ``wait_for_server``), and
   hold training in the initial suspension at step 0 until the person continues in the UI;
-* ``on_train_step_end``: one suspension point per step (watchpoints checked, hits reported, commands obeyed);
+* ``on_train_step_end``: one suspension point per step (watchpoints checked, hits reported, commands obeyed),
+  before any other callback's step end (``step_order.py``), so a callback that ends the job on a NaN loss (MindSpore's
+  ``LossMonitor``) cannot hide the step from the UI;
 * ``on_train_end``: ``training_done``. On terminate the callback calls ``request_stop`` so that every other
   callback's end hooks still run and the process exits normally.
 
 Without a server the session detaches with one warning and training runs to the end untouched.
 
-Tensor sources: ``source="light"`` (default) reads parameters and the loss from the network; ``source="dump"``
+Tensor sources: ``source="light"`` (default) reads parameters, the loss and the batch from the network, and in
+PyNative mode also cell outputs and weight gradients, through hooks present only while a watchpoint or a view needs
+them (``capture.py``); ``source="dump"``
 (``MS_DEBUGGER_SOURCE=dump``) serves every operator's outputs from a per-step sync dump (``dump_source.py``): its
-graph replaces the cell-level one, and each step's files are deleted after the step's suspension.
+graph replaces the cell-level one, and each step's files are deleted when the next step begins.
 
 What is reported, and why: ``ms_version`` is MindSpore's real version (MindInsight 2.3.1 compares major.minor and
 accepts a newer MindSpore minor with a warning). ``backend`` is always "GPU", whatever the device: MindInsight
@@ -27,10 +31,12 @@ from typing import Any, Mapping, Optional, Sequence
 from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.callbacks._common import request_stop
+from msdebug_hooks.callbacks._common import loss_value, request_stop
+from msdebug_hooks.debugger.capture import CellCapture
 from msdebug_hooks.debugger.graph import build_graph
 from msdebug_hooks.debugger.dump_source import SOURCES, DumpTensorSource, source_options_from_env
 from msdebug_hooks.debugger.session import Decision, DebuggerSession
+from msdebug_hooks.debugger.step_order import OncePerStep, restore, run_first, user_callback_names
 from msdebug_hooks.debugger.settings import (PARTIAL_MEM_NOTE, DebuggerSettings, TlsConfig, validate_address,
                                              validate_policy)
 from msdebug_hooks.debugger.tensors import NetworkTensors
@@ -135,6 +141,9 @@ class DebuggerCallback(Callback):
         self.partial_memory = bool(partial_memory)
         self.session: Optional[DebuggerSession] = None
         self._tensors: Optional[NetworkTensors] = None
+        self._step_end_once = OncePerStep(self._step_end)
+        self._wrapped: list = []             # callbacks listed before us that run our step end first
+        self._loss_monitored = False         # a LossMonitor follows: say so when a step's loss is not finite
 
     @property
     def address(self) -> str:
@@ -162,10 +171,12 @@ class DebuggerCallback(Callback):
         return cls(settings.host, settings.port, partial_memory=settings.partial_memory, **options)
 
     # -- hooks --------------------------------------------------------------------------------------------------
-    def on_train_begin(self, run_context) -> None:
+    def on_train_begin(self, run_context, *, owner: Any = None) -> None:
+        """``owner``: the callback in MindSpore's list that carries this one (``DistributedDebugger``), if any."""
         import mindspore
 
         params = run_context.original_args()
+        self._go_first(params, self if owner is None else owner)
         device = str(mindspore.get_context("device_target"))
         check_sink_mode(bool(getattr(params, "dataset_sink_mode", False)), device)
         if self.session is not None:            # the same callback in a second training call
@@ -176,7 +187,10 @@ class DebuggerCallback(Callback):
                               "the cell being trained (Model.train and DebugSession fill it in)")
         graph = build_graph(network, optimizer=getattr(params, "optimizer", None),
                             loss_fn=getattr(params, "loss_fn", None))
-        self._tensors = NetworkTensors(graph)
+        pynative = mindspore.get_context("mode") == mindspore.PYNATIVE_MODE
+        if self._tensors is not None:
+            self._tensors.close()
+        self._tensors = NetworkTensors(graph, CellCapture(graph, enabled=pynative))
         if self._dump is not None:   # same parameters and roles, the dump's graph and operator tensors
             graph = self._prepare_dump(network, params, graph)
             self._tensors = self._dump
@@ -193,19 +207,52 @@ class DebuggerCallback(Callback):
             request_stop(run_context, _LOG, "MindInsight asked to terminate the training at step 0 (Model.train "
                                             "checks for a stop after a step, so one step still runs)")
 
+    def _go_first(self, params, owner: Any) -> None:
+        from mindspore.train import LossMonitor
+
+        callbacks = list(getattr(params, "list_callback", None) or ())
+        restore(self._wrapped)
+        self._step_end_once.reset()
+        self._wrapped = run_first(callbacks, owner, self._step_end_once)
+        before = user_callback_names(self._wrapped)
+        if before:
+            _LOG.info("debugger: listed after %s; it checks every step before them, so a watchpoint hit pauses "
+                      "training before they can end it", ", ".join(before))
+        self._loss_monitored = any(isinstance(cb, LossMonitor) for cb in callbacks)
+
     def on_train_step_end(self, run_context) -> None:
+        self._step_end_once(run_context)
+
+    def _step_end(self, run_context) -> None:
         session = self.session
-        try:
-            if session is None or not session.active:
-                return
-            self._tensors.set_outputs(run_context.original_args().net_outputs)
-            if self._dump is not None:
-                self._dump.begin_step()
-            if session.step_end() is Decision.EXIT:
-                request_stop(run_context, _LOG, f"MindInsight asked to terminate the training at step {session.step}")
-        finally:
-            if self._dump is not None:   # also when detached: MindSpore keeps dumping every step
-                self._dump.end_step()
+        if session is None or not session.active:
+            return
+        outputs = run_context.original_args().net_outputs
+        self._tensors.set_outputs(outputs, getattr(run_context.original_args(), "train_dataset_element", None))
+        if self._dump is not None:
+            self._dump.begin_step()
+        if self._loss_monitored:
+            self._warn_if_loss_not_finite(outputs, session.step + 1)
+        if session.step_end() is Decision.EXIT:
+            request_stop(run_context, _LOG, f"MindInsight asked to terminate the training at step {session.step}")
+
+    def on_train_step_begin(self, run_context) -> None:
+        """Delete the last step's dump files (also when detached: MindSpore keeps dumping every step). Not at the
+        end of our step end: the callbacks after us may still read that step's files."""
+        if self._dump is not None:
+            self._dump.end_step()
+        elif self._tensors is not None:
+            self._tensors.new_step()
+
+    @staticmethod
+    def _warn_if_loss_not_finite(outputs, step: int) -> None:
+        import math
+
+        loss = loss_value(outputs)
+        if loss is not None and not math.isfinite(loss):
+            _LOG.warning("debugger: the loss of step %d is %s. Inspect this step now: when it goes on, CONTINUE or "
+                         "TERMINATE alike, MindSpore's LossMonitor in this script raises ValueError ('loss is NAN or "
+                         "INF') and the script ends", step, loss)
 
     def _prepare_dump(self, network, params, light_graph):
         """Configure the dump, compile, and return the dump's graph tied to the live parameters."""
@@ -218,13 +265,21 @@ class DebuggerCallback(Callback):
                                   [(p.name, p.source, p.role) for p in light_graph.parameters.values()])
 
     def on_train_end(self, run_context) -> None:
+        restore(self._wrapped)
+        self._wrapped = []
+        if isinstance(self._tensors, NetworkTensors):
+            self._tensors.close()        # no hooks left behind on the user's cells
         if self.session is not None:
             self.session.finish()
-        if self._dump is not None:
-            self._dump.close()
+        # the dump's scratch directory goes in __exit__: MindSpore's callback manager exits in reverse order, so
+        # that runs after the end hooks of the callbacks listed after us, which may still read the last step
 
     def __exit__(self, *exc_info) -> None:
         """Also when training raised (or Ctrl-C while paused): tell MindInsight and stop our threads."""
+        restore(self._wrapped)
+        self._wrapped = []
+        if self._tensors is not None:
+            self._tensors.close()
         if self.session is not None:
             self.session.finish()
         if self._dump is not None:

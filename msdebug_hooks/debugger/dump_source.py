@@ -5,8 +5,9 @@ of every iteration into a scratch directory (``/dev/shm`` when it is a writable 
 each step end the outputs of every kernel of the step that just ran are on disk under the names of the dump's own
 graph (``rank_<r>/graphs/ms_output_trace_code_graph_<g>.pb``), which is the graph sent to MindInsight, source lines
 included. Watchpoints on any operator are then evaluated at step end with the shared engine (``check_many``), any
-node's output can be viewed (value / statistics / base), and the step's files are deleted as soon as its suspension
-ends, so the scratch directory holds about one step of data (two at most, for a moment).
+node's output can be viewed (value / statistics / base), and the step's files are deleted when the next step begins
+(the script's own callbacks, which run after the debugger's step end, can still read them), so the scratch directory
+holds about one step of data (two at most, for a moment).
 
 How it is wired, and the constraints behind it:
 
@@ -171,7 +172,7 @@ class DumpTensorSource:
                 del os.environ["MINDSPORE_DUMP_CONFIG"]
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def set_outputs(self, net_outputs: Any) -> None:
+    def set_outputs(self, net_outputs: Any, inputs: Any = None) -> None:
         """The loss comes from the dump like every other op output; nothing to keep."""
 
     # -- the provider interface of DebuggerSession --------------------------------------------------------------

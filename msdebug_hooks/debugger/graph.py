@@ -15,15 +15,23 @@ cell level instead, with MindSpore's naming so that MindInsight classifies the n
 * the optimizer gets one ``Apply<Optimizer>`` node per weight in ``Default/<attr>-<Optimizer>``, fed by the
   weight, its states (``moments.conv1.weight``) and the shared ones (``learning_rate``, ``global_step``); names
   containing ``optimizer-`` are not weights for MindInsight, so weight watchpoints do not pick up states;
-* the loss cell's node has a scalar output: the loss value.
+* the loss cell's node has a scalar output: the loss value;
+* every trained weight gets a gradient node, ``Gradients/<its cell's scope>/GradOf_<weight>-op<N>`` (MindInsight
+  counts full names under ``Gradients/`` as gradients, so its gradient conditions select them), fed by the loss node;
+* every cell's node carries, as its stack (``source_address``), the ``def construct`` line of its class and of each
+  cell containing it, innermost first (e.g. ``Conv2d`` in MindSpore, then the script's ``LeNet5``), so the UI's Stack
+  Info and "search by code line" find the layer.
 
-The result also says where each tensor comes from (``DebugGraph.parameters``, ``DebugGraph.loss_node``), which is
-what the session needs to answer views and evaluate watchpoints.
+The result also says where each tensor comes from (``DebugGraph.parameters``, ``DebugGraph.loss_node``,
+``DebugGraph.cells`` for cell outputs, ``DebugGraph.gradients`` and ``DebugGraph.updates`` for the weight behind a
+gradient or an optimizer node), which is what the session needs to answer views and evaluate watchpoints.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
+
+import inspect
 
 import numpy as np
 
@@ -58,6 +66,10 @@ class DebugGraph:
     parameters: dict[str, GraphParameter] = field(default_factory=dict)   # bare name -> parameter
     loss_node: str | None = None                                        # full name of the loss node (slot "0")
     nodes: dict[str, str] = field(default_factory=dict)                   # full name -> op type
+    cells: dict[str, Any] = field(default_factory=dict)                   # cell node full name -> the cell
+    gradients: dict[str, str] = field(default_factory=dict)               # gradient node -> weight (bare name)
+    updates: dict[str, str] = field(default_factory=dict)                 # optimizer node -> weight it updates
+    optimizers: list = field(default_factory=list)                       # [(optimizer cell, [weight names])]
 
     @property
     def name(self) -> str:
@@ -118,13 +130,14 @@ class _Builder:
             self.proto.parameters.add(name=name, type=_tensor_type(dtype, shape))
         return name
 
-    def node(self, op_type: str, scope: str, inputs: Iterable[str], output: graph_pb.TypeProto) -> tuple[str, str]:
+    def node(self, op_type: str, scope: str, inputs: Iterable[str], output: graph_pb.TypeProto,
+             source_address: str = "") -> tuple[str, str]:
         node_id = str(len(self.proto.node) + 1)
         op_type = op_type.translate(_FORBIDDEN)
         full_name = f"{scope}/{op_type}-op{node_id}"
         self.proto.node.add(name=node_id, op_type=op_type, scope=scope, full_name=full_name,
                             input=[graph_pb.InputProto(name=n, type=graph_pb.InputProto.DATA_EDGE) for n in inputs],
-                            output_type=output)
+                            output_type=output, source_address=source_address)
         self.graph.nodes[full_name] = op_type
         return node_id, full_name
 
@@ -160,6 +173,8 @@ def build_graph(network, *, optimizer=None, loss_fn=None, graph_name: str = "ker
         return not list(cell.name_cells())
 
     leaf_owned = {id(p) for _, cell in cells if is_leaf(cell) for p in cell.get_parameters(expand=False)}
+    weight_scopes: dict[str, str] = {}
+    by_path = dict(cells)
     previous = builder.parameter(DATA_INPUT, "input", (), np.dtype(np.float32))
     for path, cell in cells:
         if not path or path.startswith(inside_optimizer) or any(path == p for p, _ in optimizers):
@@ -171,21 +186,64 @@ def build_graph(network, *, optimizer=None, loss_fn=None, graph_name: str = "ker
             if not own:
                 continue
         inputs = [previous]
+        scope = scope_of(path, classes)
         for param in own:
             role = "weight" if id(param) in trainable else "frozen"
             inputs.append(builder.parameter(param.name, role, param.shape, _numpy_dtype(param), param))
+            weight_scopes.setdefault(param.name, scope)
         is_loss = _is_loss(cell)
         if is_loss:
             inputs.append(builder.parameter(LABEL_INPUT, "input", (), np.dtype(np.int32)))
         output = _tensor_type(np.dtype(np.float32), None)
-        node_id, full_name = builder.node(cell.cls_name, scope_of(path, classes), inputs, output)
+        stack = "\n".join(filter(None, (construct_stack(by_path[p]) for p in _self_and_ancestors(path))))
+        node_id, full_name = builder.node(cell.cls_name, scope, inputs, output, stack)
+        if is_leaf(cell) and not is_loss:
+            builder.graph.cells[full_name] = cell
         if is_loss and builder.graph.loss_node is None:
             builder.graph.loss_node = full_name
         previous = node_id
 
+    loss_id = next((n.name for n in builder.proto.node if n.full_name == builder.graph.loss_node), previous)
     for path, optimizer in optimizers:
         _add_optimizer(builder, path, optimizer, classes, trainable)
+        _add_gradients(builder, optimizer, trainable, weight_scopes, loss_id)
     return builder.graph
+
+
+def _self_and_ancestors(path: str) -> list[str]:
+    """``a.b.c`` -> ``["a.b.c", "a.b", "a", ""]``: the cell, then the cells that contain it (innermost first)."""
+    parts = path.split(".")
+    return [".".join(parts[:n]) for n in range(len(parts), -1, -1)]
+
+
+def construct_stack(cell) -> str:
+    """``source_address`` text for a cell's node: the ``def construct`` line of its class, in the form MindInsight
+    parses (``# In file <path>:<line>/<code>/``); empty when the source is not available."""
+    try:
+        construct = type(cell).construct
+        path = inspect.getsourcefile(construct)
+        lines, number = inspect.getsourcelines(construct)
+    except (TypeError, OSError, AttributeError):
+        return ""
+    if not path or not lines:
+        return ""
+    code = lines[0].strip().replace("/", "|")
+    return f"# In file {path}:{number}/    {code}/"
+
+
+def _add_gradients(builder: _Builder, optimizer, trainable: set[int], weight_scopes: dict[str, str],
+                   loss_id: str) -> None:
+    """One gradient node per weight the optimizer updates, in its order (the order of the gradients it receives)."""
+    names = []
+    for weight in optimizer.parameters:
+        names.append(weight.name)
+        if id(weight) not in trainable or weight.name not in builder.graph.parameters:
+            continue
+        scope = "Gradients/" + weight_scopes.get(weight.name, "Default")
+        _, full_name = builder.node(f"GradOf_{weight.name}", scope, [loss_id],
+                                    _tensor_type(_numpy_dtype(weight), weight.shape))
+        builder.graph.gradients[full_name] = weight.name
+    builder.graph.optimizers.append((optimizer, names))
 
 
 def _add_optimizer(builder: _Builder, path: str, optimizer, classes: dict[str, str], trainable: set[int]) -> None:
@@ -201,4 +259,6 @@ def _add_optimizer(builder: _Builder, path: str, optimizer, classes: dict[str, s
         names = [builder.parameter(weight.name, "weight", weight.shape, _numpy_dtype(weight), weight)]
         for state in per_weight[weight.name] + shared:
             names.append(builder.parameter(state.name, "optimizer_state", state.shape, _numpy_dtype(state), state))
-        builder.node(f"Apply{optimizer.cls_name}", scope, names, _tensor_type(_numpy_dtype(weight), weight.shape))
+        _, full_name = builder.node(f"Apply{optimizer.cls_name}", scope, names,
+                                    _tensor_type(_numpy_dtype(weight), weight.shape))
+        builder.graph.updates[full_name] = weight.name    # its output is the updated weight

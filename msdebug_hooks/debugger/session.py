@@ -168,6 +168,7 @@ class DebuggerSession:
         self._watched: Optional[set[str]] = None   # parameters some watchpoint needs; None = recompute
         self._group_cache: dict[tuple[bool, bool], list] = {}   # what _check_watchpoints evaluates, per situation
         self._warned: set[str] = set()
+        self._viewed: set[str] = set()             # op outputs / gradients the UI asked to see: kept every step
         self.heartbeat_period = heartbeat_period
         self._heartbeat = Heartbeat(transport.send_heartbeat, period=heartbeat_period)
         self._progress = ProgressLine(_LOG, interval=progress_interval)
@@ -357,6 +358,9 @@ class DebuggerSession:
         if not self.transport.ready_now():
             return Decision.RUN
         self.watchpoints.clear()
+        self._viewed.clear()
+        self._update_wanted()
+        self._warned = {key for key in self._warned if not key.startswith("unevaluable-")}   # ids start over
         self._previous.clear()
         self._current.clear()
         self._watched = None
@@ -410,6 +414,7 @@ class DebuggerSession:
         self._group_cache.clear()
         if cmd.delete:
             self.watchpoints.pop(cmd.id, None)
+            self._update_wanted()
             return
         try:
             condition = from_protocol(cmd.watch_condition.condition, cmd.watch_condition.params)
@@ -421,10 +426,39 @@ class DebuggerSession:
         received.CopyFrom(cmd.watch_condition)
         self.watchpoints[cmd.id] = Watchpoint(cmd.id, condition, tuple(n.node_name for n in cmd.watch_nodes),
                                               received)
+        self._report_unevaluable(self.watchpoints[cmd.id])
+        self._update_wanted()
+
+    def _report_unevaluable(self, wp: Watchpoint) -> None:
+        """Say once per watchpoint, naming it, when some of its nodes have no value this client can check."""
+        name = f"watchpoint {wp.id} ({_condition_name(wp.protocol.condition)})"
+        if not wp.nodes:
+            self._warn_once(f"unevaluable-{wp.id}", f"debugger: {name} watches no node (MindInsight selected none "
+                                                     "for this graph); it can never hit")
+            return
+        missing = [n for n in wp.nodes if self._tensor_name(n) is None]
+        if not missing:
+            return
+        explain = getattr(self.provider, "why_not", None)
+        why = explain(missing[0]) if explain is not None else "this client holds no value for it"
+        self._warn_once(f"unevaluable-{wp.id}", f"debugger: {name}: {len(missing)} of {len(wp.nodes)} watched "
+                                                f"node(s) cannot be checked and will never hit, e.g. "
+                                                f"{missing[0][:200]!r}: {why}")
+
+    def _update_wanted(self) -> None:
+        """Tell a capturing source which op outputs / gradients to keep: the watched ones and the viewed ones."""
+        want = getattr(self.provider, "want", None)
+        if want is None:
+            return
+        capturable = getattr(self.provider, "capturable", frozenset())
+        watched = {t for wp in self.watchpoints.values() for n in wp.nodes
+                   if (t := self._tensor_name(n)) is not None and t in capturable}
+        want(watched | self._viewed)
 
     def _on_view(self, cmd: pb.ViewCMD) -> None:
         requests = list(cmd.tensors)
         values = [self._lookup(*lookup_key(r)) for r in requests]
+        self._capture_viewed([lookup_key(r)[0] for r, v in zip(requests, values) if v is None])
         if cmd.level != pb.ViewCMD.base:
             budget = self.max_view_bytes
             for i, value in enumerate(values):
@@ -446,6 +480,18 @@ class DebuggerSession:
                 self.transport.send_tensor_values(tensor_value_answer(r, v) for r, v in zip(requests, values))
         except TransportError as exc:   # the UI asks again; keep obeying commands
             self._refusals.warning("view-send", f"debugger: could not send the requested tensors: {exc}")
+
+    def _capture_viewed(self, names: list[str]) -> None:
+        """Op outputs / gradients asked for but not captured in this step: keep them from the next step on."""
+        capturable = getattr(self.provider, "capturable", frozenset())
+        new = {n for n in names if n in capturable and n not in self._viewed}
+        if not new:
+            return
+        self._viewed |= new
+        self._update_wanted()
+        for name in sorted(new):
+            _LOG.info("debugger: %s is an output kept only while something needs it; it has a value from the next "
+                      "step on (continue one step to see it)", name[:200])
 
     def _on_exit(self) -> Decision:
         _LOG.info("debugger: MindInsight asked to terminate the training at step %d", self.step)
@@ -554,10 +600,12 @@ class DebuggerSession:
         resolve = getattr(self.provider, "tensor_name", None)   # a full source (dump) knows every op
         if resolve is not None:
             return resolve(node_name)
+        holds = getattr(self.provider, "holds", None)   # the light source: inputs, op outputs, gradients too
         last = node_name.rsplit("/", 1)[-1]
-        if last in self.graph.parameters and self.graph.parameters[last].source is not None:
+        param = self.graph.parameters.get(last)
+        if param is not None and (param.source is not None or (holds is not None and holds(last))):
             return last
-        if node_name == self.graph.loss_node:
+        if node_name == self.graph.loss_node or (holds is not None and holds(node_name)):
             return node_name
         return None
 
@@ -570,7 +618,8 @@ class DebuggerSession:
         if previous:
             return self._previous.get(name) if self.step > 0 else None
         if name not in self._current:
-            known = name in self.graph.parameters or name == self.graph.loss_node
+            holds = getattr(self.provider, "holds", None)
+            known = name in self.graph.parameters or name == self.graph.loss_node or bool(holds and holds(name))
             self._current[name] = self.provider(name) if known else None
         return self._current[name]
 
@@ -623,6 +672,13 @@ class DebuggerSession:
         if key not in self._warned:
             self._warned.add(key)
             _LOG.warning(message)
+
+
+def _condition_name(condition: int) -> str:
+    try:
+        return pb.WatchCondition.Condition.Name(condition)
+    except ValueError:
+        return f"condition {condition}"
 
 
 def _hit(wp: Watchpoint, node: str, result: ConditionResult, slot: str = "0") -> pb.WatchpointHit:

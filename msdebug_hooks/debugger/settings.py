@@ -5,8 +5,8 @@ exception: every problem names the variable (or argument), the value and what is
 
 ``MS_DEBUGGER_PARTIAL_MEM`` is read and validated but changes nothing here. MindSpore's own client turned off
 memory reuse so that every kernel output stayed readable, and this variable gave part of it back. This client reads
-only parameters and the loss from Python between steps and never touches MindSpore's memory settings, so training
-uses the same memory with and without the debugger: there is nothing left to give back.
+tensors from Python (parameters and the loss between steps; layer outputs and gradients through hooks while watched)
+and never touches MindSpore's memory settings, so there is nothing to give back.
 
 TLS (ours; MindInsight itself serves plain gRPC, so TLS is for a server behind a TLS-terminating proxy such as
 nginx or envoy, or a gRPC server of your own):
@@ -40,9 +40,9 @@ ON_LOST_POLICIES = ("continue", "stop")
 TLS_VARIABLES = {"ca": "MS_DEBUGGER_TLS_CA", "cert": "MS_DEBUGGER_TLS_CERT", "key": "MS_DEBUGGER_TLS_KEY",
                  "server_name": "MS_DEBUGGER_TLS_SERVER_NAME"}
 _TRUE, _FALSE = ("1", "true"), ("", "0", "false")
-PARTIAL_MEM_NOTE = ("MS_DEBUGGER_PARTIAL_MEM has nothing to do here: this debugger client reads only parameters and "
-                    "the loss between steps and never turns off MindSpore's memory reuse, so training uses the same "
-                    "memory with or without it")
+PARTIAL_MEM_NOTE = ("MS_DEBUGGER_PARTIAL_MEM has nothing to do here: this debugger client reads tensors from Python "
+                    "(parameters, the loss and, while watched, layer outputs and gradients) and never turns off "
+                    "MindSpore's memory reuse, so training uses the same memory with or without it")
 
 
 def _check_host(field: str, host: object, port: int = DEFAULT_PORT) -> Optional[ConfigError]:

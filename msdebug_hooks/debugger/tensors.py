@@ -2,27 +2,32 @@
 
 Parameters (weights and optimizer states) are read from their MindSpore ``Parameter`` when the session asks, which
 is at most once per suspension point and only for tensors that are watched or viewed. The loss is the value the
-caller recorded for the step that just ended.
+caller recorded for the step that just ended; the ``data`` / ``label`` inputs are the step's batch; an optimizer node
+(``Apply<Optimizer>``) shows the weight it updated. Cell outputs (activations) and weight gradients come from a
+``CellCapture`` (``capture.py``), which keeps them only for the nodes the session asks it to ``want``.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import numpy as np
 
 from msdebug_hooks.callbacks._common import loss_value
-from msdebug_hooks.debugger.graph import DebugGraph
+from msdebug_hooks.debugger.capture import CellCapture, to_numpy
+from msdebug_hooks.debugger.graph import DATA_INPUT, LABEL_INPUT, DebugGraph
 
 __all__ = ["NetworkTensors"]
 
 
 class NetworkTensors:
-    """``provider(name) -> array | None`` over a ``DebugGraph``: bare parameter names and the loss node name."""
+    """``provider(name) -> array | None`` over a ``DebugGraph``: bare parameter names and op node full names."""
 
-    def __init__(self, graph: DebugGraph) -> None:
+    def __init__(self, graph: DebugGraph, capture: Optional[CellCapture] = None) -> None:
         self.graph = graph
+        self.capture = capture if capture is not None else CellCapture(graph, enabled=False)
         self._loss: Optional[float] = None
         self._outputs: Any = None
+        self._inputs: tuple = ()
 
     @property
     def loss(self) -> Optional[float]:
@@ -33,18 +38,53 @@ class NetworkTensors:
     def set_loss(self, value: Optional[float]) -> None:
         self._loss, self._outputs = value, None
 
-    def set_outputs(self, net_outputs: Any) -> None:
-        """The train cell's outputs of the step that just ended; the loss is taken from them when needed."""
+    def set_outputs(self, net_outputs: Any, inputs: Any = None) -> None:
+        """The train cell's outputs (and the batch) of the step that just ended; read only when needed."""
         self._loss, self._outputs = None, net_outputs
+        self._inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else ()
+
+    # -- what the session asks besides values -------------------------------------------------------------------
+    @property
+    def capturable(self) -> frozenset[str]:
+        """Op nodes whose value exists only while a step runs (cells, gradients): they must be ``want``-ed first."""
+        return self.capture.capturable
+
+    def holds(self, name: str) -> bool:
+        """Whether ``name`` (a bare parameter name or an op full name) can have a value."""
+        param = self.graph.parameters.get(name)
+        if param is not None:
+            return param.source is not None or param.name in (DATA_INPUT, LABEL_INPUT)
+        return name == self.graph.loss_node or name in self.graph.updates or name in self.capture.capturable
+
+    def why_not(self, name: str) -> str:
+        """Why a watched node has no value here (for the session's one warning per watchpoint)."""
+        if name in self.graph.cells or name in self.graph.gradients:
+            return ("cell outputs and gradients are captured in PyNative mode only (in GRAPH_MODE a hook would cost "
+                    "a host round trip every step); use MS_DEBUGGER_SOURCE=dump for operator values in GRAPH_MODE")
+        return "the light source has no value for this node"
+
+    def want(self, names: Iterable[str]) -> None:
+        self.capture.want(names)
+
+    def new_step(self) -> None:
+        """A step starts: the captured values of the last one are stale."""
+        self.capture.begin_step()
+
+    def close(self) -> None:
+        self.capture.close()
 
     def __call__(self, name: str) -> Optional[np.ndarray]:
         if name == self.graph.loss_node:
             loss = self.loss
             return None if loss is None else np.asarray(loss, dtype=np.float32)
+        if name in self.graph.updates:
+            name = self.graph.updates[name]
+        if name in self.capture.capturable:
+            return self.capture.values.get(name)
+        if name in (DATA_INPUT, LABEL_INPUT):
+            index = 0 if name == DATA_INPUT else 1
+            return to_numpy(self._inputs[index]) if len(self._inputs) > index else None
         param = self.graph.parameters.get(name)
         if param is None or param.source is None:
             return None
-        try:
-            return param.source.asnumpy()
-        except (TypeError, RuntimeError):   # e.g. bfloat16 without a NumPy equivalent
-            return param.source.float().asnumpy()
+        return to_numpy(param.source)

@@ -54,8 +54,6 @@ def _check_set(cmd: pb.SetCMD) -> Optional[str]:
         return f"set_cmd.id={cmd.id} (allowed: 1..{MAX_INT32}; MindInsight numbers watchpoints from 1)"
     if cmd.delete:
         return None
-    if not cmd.watch_nodes:
-        return "set_cmd without watch_nodes"
     if len(cmd.watch_nodes) > MAX_WATCH_NODES:
         return f"set_cmd with {len(cmd.watch_nodes)} watch_nodes (allowed <= {MAX_WATCH_NODES})"
     for node in cmd.watch_nodes:

@@ -2,9 +2,11 @@
 
 The network is ``examples/find_first_nan.py``'s LeNet behind ``SqrtScale`` (``sqrt(x + 1)``); batch ``--bad-step``
 (0-based) carries one pixel of -4, so the NaN is born in the ``Sqrt`` kernel at training step ``bad_step + 1``.
-A user callback records, after every step, how much the debugger's scratch dump directory holds (it runs before the
-debugger's own step-end hook, which deletes the step's files), and copies one activation file (``--keep-op``) of step
-``--keep-step`` so the test can compare it with what MindInsight shows.
+A user callback records, after every step, how much the debugger's scratch dump directory holds (the debugger deletes
+a step's files when the next step begins), and copies one activation file (``--keep-op``) of step ``--keep-step`` so
+the test can compare it with what MindInsight shows. ``--loss-monitor`` puts MindSpore's ``LossMonitor`` first in
+the callbacks, and ``--inf-batch`` trains the plain LeNet instead, with that batch poisoned so that its loss is Inf
+(``lenet.synthetic_batches``).
 """
 import argparse
 import json
@@ -16,7 +18,7 @@ import mindspore as ms
 import numpy as np
 import mindspore.dataset as ds
 from mindspore import nn
-from mindspore.train import Callback, Model
+from mindspore.train import Callback, LossMonitor, Model
 
 from find_first_nan import bad_batches, make_nan_net
 
@@ -66,18 +68,30 @@ def main():
     parser.add_argument("--keep-step", type=int, default=0)
     parser.add_argument("--keep-to", default="")
     parser.add_argument("--warmup", action="store_true", help="run the network once (predict) before training")
+    parser.add_argument("--loss-monitor", action="store_true", help="MindSpore's LossMonitor first in the callbacks")
+    parser.add_argument("--inf-batch", type=int, default=None, help="0-based batch whose loss is Inf (lenet.py)")
     args = parser.parse_args()
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
     ms.set_seed(1)
-    net = make_nan_net()
-    data = ds.GeneratorDataset(lambda: bad_batches(args.steps, args.bad_step), column_names=["image", "label"],
-                               shuffle=False)
+    if args.inf_batch is not None:
+        from lenet import make_lenet
+        net = make_lenet()
+    else:
+        net = make_nan_net()
+    if args.inf_batch is not None:
+        from lenet import synthetic_batches
+        batches = lambda: synthetic_batches(args.steps, nan_batches={args.inf_batch})   # noqa: E731
+    else:
+        batches = lambda: bad_batches(args.steps, args.bad_step)   # noqa: E731
+    data = ds.GeneratorDataset(batches, column_names=["image", "label"], shuffle=False)
     model = Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
                   nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9))
     if args.warmup:   # a graph compiled (and run) before training
         model.predict(ms.Tensor(np.zeros((32, 1, 32, 32), np.float32)))
-    model.train(1, data, callbacks=[DiskLog(args.log, args.keep_op, args.keep_step, args.keep_to)],
-                dataset_sink_mode=False)
+    callbacks = [DiskLog(args.log, args.keep_op, args.keep_step, args.keep_to)]
+    if args.loss_monitor:
+        callbacks.insert(0, LossMonitor(1))
+    model.train(1, data, callbacks=callbacks, dataset_sink_mode=False)
     print("training finished", flush=True)
 
 

@@ -3,7 +3,7 @@
 
 Options shape the network the way real scripts do: a wider fc1 (a weight over 4 MiB), a frozen layer
 (``requires_grad=False``, left out of the optimizer), a layer in a zero-learning-rate parameter group, a poisoned
-batch. A user callback logs every step and, at the end of training, saves the weights; the tests read both.
+batch, GRAPH_MODE. A user callback logs every step and, at the end of training, saves the weights; the tests read both.
 """
 import argparse
 
@@ -44,9 +44,13 @@ def main():
     parser.add_argument("--frozen", nargs="*", default=[], help="layers not trained (requires_grad=False)")
     parser.add_argument("--zero-lr", nargs="*", default=[], help="layers in a parameter group with lr 0")
     parser.add_argument("--nan-batch", type=int, default=None, help="0-based batch with a NaN/Inf input")
+    parser.add_argument("--graph-mode", action="store_true", help="GRAPH_MODE instead of MindSpore's default PyNative")
     parser.add_argument("--log", default="")
     parser.add_argument("--save", default="")
     args = parser.parse_args()
+    if args.graph_mode:
+        import mindspore
+        mindspore.set_context(mode=mindspore.GRAPH_MODE)
 
     net = make_lenet()
     if args.width != 120:

@@ -1,0 +1,71 @@
+"""Run the debugger's step end before every other callback's, wherever the debugger sits in the callback list.
+
+MindSpore calls the callbacks' ``on_train_step_end`` in list order, and an earlier one may end the job in that same
+step end: ``LossMonitor`` raises ``ValueError`` on a NaN/Inf loss, a user callback may raise on its own checks. Then
+the debugger, further down the list, never sees the step: a watchpoint hit at the step that went wrong never reaches
+the UI. Env activation puts the debugger first; a ``DebuggerCallback`` the script lists after others is made first
+here: at ``on_train_begin`` the step-end hook of each callback listed before it is wrapped (on that instance only,
+undone at the end of training) so that it runs the debugger's step end first. The debugger's step end runs once per
+step, whichever hook gets there first.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+__all__ = ["OncePerStep", "run_first", "restore", "user_callback_names"]
+
+_MARK = "_msdebug_runs_debugger_first"
+
+
+class OncePerStep:
+    """``hook(run_context)`` at most once per training step (keyed on ``cur_step_num``)."""
+
+    def __init__(self, hook: Callable[[Any], None]) -> None:
+        self._hook = hook
+        self._done_step: Any = None
+
+    def reset(self) -> None:
+        self._done_step = None
+
+    def __call__(self, run_context: Any) -> None:
+        step = getattr(run_context.original_args(), "cur_step_num", None)
+        if step is not None and step == self._done_step:
+            return
+        self._done_step = step
+        self._hook(run_context)
+
+
+def run_first(callbacks: Sequence[Any], owner: Any, hook: OncePerStep) -> list[Any]:
+    """Make every callback listed before ``owner`` call ``hook`` at the start of its ``on_train_step_end``.
+
+    Returns the wrapped callbacks (for ``restore``). MindSpore's own framework callbacks, which it inserts at the
+    front of the list, are wrapped too; they never stop a job, but wrapping them costs nothing and keeps it simple.
+    """
+    position = next((i for i, cb in enumerate(callbacks) if cb is owner), None)
+    wrapped = []
+    for callback in list(callbacks)[:position or 0]:
+        original = callback.on_train_step_end
+
+        def on_train_step_end(run_context: Any, _original: Callable[[Any], Any] = original) -> Any:
+            hook(run_context)
+            return _original(run_context)
+
+        setattr(on_train_step_end, _MARK, True)
+        try:
+            callback.on_train_step_end = on_train_step_end
+        except AttributeError:     # a callback with __slots__ or a read-only hook: it keeps its place
+            continue
+        wrapped.append(callback)
+    return wrapped
+
+
+def restore(callbacks: Sequence[Any]) -> None:
+    """Undo ``run_first`` on these callbacks (a later training with another list must not call the old hook)."""
+    for callback in callbacks:
+        if getattr(callback.__dict__.get("on_train_step_end"), _MARK, False):
+            del callback.__dict__["on_train_step_end"]
+
+
+def user_callback_names(callbacks: Sequence[Any]) -> list[str]:
+    """Class names of the callbacks that are not MindSpore's internal ones (for the log line)."""
+    return [type(cb).__name__ for cb in callbacks if not type(cb).__name__.startswith("_")]
