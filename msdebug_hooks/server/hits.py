@@ -71,7 +71,9 @@ class Hit:
         if self.error_code:
             return "error: " + ", ".join(self.errors)
         hit = [f"{p.name}: {p.actual_value:.6g} (limit {p.value:g})" for p in self.params if p.hit]
-        return "; ".join(hit) or "hit"
+        if hit:
+            return "; ".join(hit)
+        return "NaN or Inf in the value" if self.condition.condition_id == 13 else "hit"
 
 
 def hit_from_proto(message: pb.WatchpointHit, node: Node, watchpoint: Watchpoint) -> Hit:
