@@ -3,7 +3,7 @@ from Python (``DebuggerServer``) or from a terminal prompt (``msdebug debug`` / 
 
 Any client of the protocol connects unchanged (our ``ENABLE_MS_DEBUGGER=1`` client, MindSpore's old C++ one).
 Modules, one job each: ``server`` (listening ports, the jobs, the watchdog), ``servicer`` (the gRPC methods, thin),
-``job`` (one training's state and the API to drive it), ``commands`` (the ``EventReply`` commands), ``graph`` (the
+``job`` (one training's state and the API to drive it), ``group`` (the ranks of one job, in lockstep), ``commands`` (the ``EventReply`` commands), ``graph`` (the
 graph a training sent, as nodes), ``hits`` (watchpoints and hits), ``tensors`` (protocol tensors -> numpy),
 ``errors``, ``shell`` (the prompt).
 
@@ -18,6 +18,7 @@ _EXPORTS = {
     "DebuggerServer": "msdebug_hooks.server.server",
     "Job": "msdebug_hooks.server.job",
     "JobState": "msdebug_hooks.server.job",
+    "RankGroup": "msdebug_hooks.server.group",
     "Node": "msdebug_hooks.server.graph",
     "Hit": "msdebug_hooks.server.hits",
     "Watchpoint": "msdebug_hooks.server.hits",

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks.conditions import Condition, error_list
+from msdebug_hooks.conditions import Condition, TensorOverflowCondition, error_list
 from msdebug_hooks.server.graph import Node
 
 __all__ = ["Watchpoint", "Hit", "HitParam", "hit_from_proto"]
@@ -73,7 +73,7 @@ class Hit:
         hit = [f"{p.name}: {p.actual_value:.6g} (limit {p.value:g})" for p in self.params if p.hit]
         if hit:
             return "; ".join(hit)
-        return "NaN or Inf in the value" if self.condition.condition_id == 13 else "hit"
+        return "NaN or Inf in the value" if isinstance(self.condition, TensorOverflowCondition) else "hit"
 
 
 def hit_from_proto(message: pb.WatchpointHit, node: Node, watchpoint: Watchpoint) -> Hit:

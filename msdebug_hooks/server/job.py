@@ -38,6 +38,7 @@ __all__ = ["Job", "JobState"]
 
 _LOG = get_logger("server")
 _POLL = 0.1                       # seconds between checks of a blocked WaitCMD's connection
+_LOCKSTEP_POLL = 0.002            # a rank held for the others checks them this often
 NodesSpec = Union[None, str, Node, Sequence[Union[str, Node]]]
 
 
@@ -104,6 +105,7 @@ class Job:
         self._next_watchpoint = 1
         self._unchecked = False             # watchpoints changed since the last check at step 0
         self._closing = False
+        self._group: Any = None             # a RankGroup keeping this rank in lockstep with the others
 
     # -- what a person sees -------------------------------------------------------------------------------------
     @property
@@ -173,10 +175,10 @@ class Job:
             self._cond.notify_all()
         return ids
 
-    def run(self, steps: Optional[int] = None, *, timeout: float = 300.0) -> list[Hit]:
+    def run(self, steps: Optional[int] = None, *, wait: bool = True, timeout: float = 300.0) -> list[Hit]:
         """Let the training run ``steps`` steps and wait until it is suspended again (or a watchpoint hits first);
-        returns the hits of that suspension. ``steps=None`` runs until ``pause()`` or a hit and returns at once
-        (then use ``wait()``)."""
+        returns the hits of that suspension. ``steps=None`` runs until ``pause()`` or a hit and returns at once;
+        so does ``wait=False`` (then ``wait()``; e.g. to start every rank of a job before waiting for any)."""
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps={steps!r} is not allowed: an int >= 1, or None to run until a pause or a hit")
         with self._cond:
@@ -186,9 +188,9 @@ class Job:
                 self._queue.append(commands.recheck())    # initial-value conditions are checked before step 1
             self._unchecked = False
             self._left = -1 if steps is None else steps
-            self.state = JobState.RUNNING if not self._queue else self.state
+            self.state = JobState.RUNNING
             self._cond.notify_all()
-        if steps is None:
+        if steps is None or not wait:
             return []
         self._wait_suspended(mark, timeout, f"running {steps} step(s)")
         return list(self.hits)
@@ -196,14 +198,14 @@ class Job:
     def run_until_hit(self, timeout: float = 600.0) -> list[Hit]:
         """Run until a watchpoint hits; returns the hits. Returns [] if the training finished without one;
         ``TimeoutError`` (training left running) after ``timeout`` seconds; ``JobLost`` if the training died."""
-        if self.state is JobState.RUNNING:
-            with self._cond:
-                mark = self._suspensions
-        else:
-            with self._cond:
-                mark = self._suspensions
+        with self._cond:
+            mark = self._suspensions
+            running = self.state is JobState.RUNNING
+            if running:
+                self._left = -1                  # already running: now until a hit
+        if not running:
             self.run(None)
-        self._wait_suspended(mark, timeout, "running until a watchpoint hits", until_hit=True)
+        self._wait_suspended(mark, timeout, "running until a watchpoint hits")
         return list(self.hits)
 
     def wait(self, timeout: float = 300.0) -> JobState:
@@ -211,7 +213,7 @@ class Job:
         with self._cond:
             mark = self._suspensions if self.state is not JobState.WAITING else None
         if mark is not None:
-            self._wait_suspended(mark, timeout, "waiting for a suspension", accept_waiting=True)
+            self._wait_suspended(mark, timeout, "waiting for a suspension")
         return self.state
 
     def pause(self, timeout: float = 300.0) -> int:
@@ -240,9 +242,10 @@ class Job:
         self._wait_suspended(mark, timeout, "rechecking")
         return list(self.hits)
 
-    def terminate(self, timeout: float = 60.0) -> JobState:
+    def terminate(self, timeout: float = 60.0, *, wait: bool = True) -> JobState:
         """Tell the training to stop (at once if suspended, else at its next step end); it ends cleanly, with its
-        other callbacks' end hooks. Returns the final state once the exit is delivered."""
+        other callbacks' end hooks. Returns the final state once the exit is delivered (at once with
+        ``wait=False``)."""
         with self._cond:
             if not self.alive:
                 return self.state
@@ -251,6 +254,8 @@ class Job:
             self._queue.append(commands.terminate())
             self._fail_view("the job is being terminated")
             self._cond.notify_all()
+            if not wait:
+                return self.state
             deadline = time.monotonic() + timeout
             while self.alive:
                 left = deadline - time.monotonic()
@@ -277,6 +282,12 @@ class Job:
         if not stats.available:
             raise TensorUnavailable(self._unavailable(self._resolve(name).name, step, ""))
         return stats
+
+    def join_group(self, group: Any) -> None:
+        """Hold this rank at step ends until the other ranks of ``group`` get there (``group.py``)."""
+        with self._cond:
+            self._group = group
+            group.report(self.rank, self.step, hit=False)
 
     def bind_process(self, process: Any) -> None:
         """Watch a ``subprocess.Popen`` running this training: its exit ends the job at once (no heartbeat wait)."""
@@ -362,16 +373,13 @@ class Job:
         if self.state is not state:
             raise JobStateError(self.label, f"{self.state} at step {self.step}", needed)
 
-    def _wait_suspended(self, mark: int, timeout: float, doing: str, *, until_hit: bool = False,
-                        accept_waiting: bool = False) -> None:
+    def _wait_suspended(self, mark: int, timeout: float, doing: str) -> None:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
                 self._check_process()
-                if self._suspensions > mark and (not until_hit or self.hits):
-                    return
-                if until_hit and self._suspensions > mark and self.state is JobState.WAITING and self._left == 0:
-                    return      # paused by someone else meanwhile
+                if self._suspensions > mark:
+                    return      # suspended again: by a hit, the steps asked for, or a pause
                 if not self.alive:
                     if self.state is JobState.LOST:
                         raise JobLost(self.label, self.reason)
@@ -506,12 +514,15 @@ class Job:
                 self.hits = []
             self.step = request.cur_step
             self.cur_node = request.cur_node
-            if self._pending_hits:
+            arrived = bool(self._pending_hits)
+            if arrived:
                 for hit in self._pending_hits:
                     hit.step = self.step
                 self.hits.extend(self._pending_hits)
                 self.all_hits.extend(self._pending_hits)
                 self._pending_hits = []
+            if self._group is not None:
+                self._group.report(self.rank, self.step, hit=arrived)
             counted = False
             while True:
                 if self._closing:
@@ -527,24 +538,29 @@ class Job:
                         self._report(f"{self.label}: {self.reason}")
                     elif kind == "run_cmd" and reply.run_cmd.run_level == "step":
                         self.state = JobState.RUNNING
-                    else:
-                        self.state = JobState.WAITING
+                    else:                           # set / view / recheck: still suspended, unless asked to run
+                        self.state = JobState.RUNNING if self._left != 0 else JobState.WAITING
                     self._cond.notify_all()
                     return reply
+                held = False
+                if self._left != 0 and self._group is not None and self._group.stop_here(self.step):
+                    self._left = 0                  # another rank hit at this step: every rank stops here
                 if self._left != 0:
-                    if self._left > 0:
-                        self._left -= 1
-                    self.state = JobState.RUNNING
-                    self._cond.notify_all()
-                    return commands.run_step()
-                if not counted:
+                    if self._group is None or self._group.released(self.step):
+                        if self._left > 0:
+                            self._left -= 1
+                        self.state = JobState.RUNNING
+                        self._cond.notify_all()
+                        return commands.run_step()
+                    held = True                     # lockstep: the other ranks are not at this step end yet
+                elif not counted:
                     counted = True
                     self.state = JobState.WAITING
                     self._suspensions += 1
                     self._cond.notify_all()
                 self._in_wait = True
                 try:
-                    self._cond.wait(_POLL)
+                    self._cond.wait(_LOCKSTEP_POLL if held else _POLL)
                 finally:
                     self._in_wait = False
                 if not is_active():

@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent import futures
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 import grpc
 
@@ -29,6 +29,9 @@ from msdebug_hooks._log import get_logger
 from msdebug_hooks.server.errors import JobLost
 from msdebug_hooks.server.job import Job, JobState
 from msdebug_hooks.server.servicer import method_handlers
+
+if TYPE_CHECKING:
+    from msdebug_hooks.server.group import RankGroup
 
 __all__ = ["DebuggerServer", "MAX_MESSAGE_BYTES"]
 
@@ -171,6 +174,18 @@ class DebuggerServer:
                         f"{self.host}:{','.join(map(str, self.ports))} within {timeout:g} s (start it with "
                         f"ENABLE_MS_DEBUGGER=1 MS_DEBUGGER_HOST={self.host} MS_DEBUGGER_PORT={self.port})")
                 self._lock.wait(min(left, 0.1))
+
+    def wait_for_ranks(self, count: int, timeout: float = 180.0) -> "RankGroup":
+        """Wait for ``count`` ranks (0 .. count-1) of one multi-rank job and return them as a ``RankGroup``: driven
+        together, and held in lockstep at step ends so that a hit on one rank suspends every rank at that step."""
+        from msdebug_hooks.server.group import RankGroup
+
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"count={count!r} is not allowed: an int >= 1")
+        deadline = time.monotonic() + timeout
+        jobs = [self.wait_for_training(timeout=max(deadline - time.monotonic(), 0.0), rank=rank)
+                for rank in range(count)]
+        return RankGroup(jobs)
 
     # -- called by the servicer ---------------------------------------------------------------------------------
     def _report(self, message: str) -> None:
