@@ -62,3 +62,35 @@ def test_every_rank_connects_a_hit_on_rank_1_is_reported_as_rank_1_and_terminate
     (job,) = jobs_done
     assert job.returncode == 0, job.describe()
     assert job.result(0)["steps"] == job.result(1)["steps"] == [1, 2, 3]     # both stopped after the same step
+
+
+@pytest.mark.timeout(300, method="signal")
+def test_serve_with_two_ranks_reports_the_hit_of_rank_1_and_ends_both(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import EXAMPLES, fresh_env
+
+    with _server_on_two_consecutive_ports() as probe:     # two consecutive free ports, released for msdebug serve
+        port = probe.port
+    env = fresh_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), str(ROOT)])
+    serve = subprocess.Popen([sys.executable, "-m", "msdebug_hooks", "serve", "--port", str(port), "--ranks", "2",
+                              "-c", "watch tensor_overflow *SoftmaxCrossEntropyWithLogits-op*; continue; jobs"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert f"listening on 127.0.0.1:{port},{port + 1}" in serve.stdout.readline()
+        job = run_msrun(SCRIPT, ["--batches", "8", "--nan-rank", "1", "--nan-step", "3", "--debugger",
+                                 f"127.0.0.1:{port}", "--debugger-ranks", "all"], tmp_path, timeout=240)
+        out, _ = serve.communicate(timeout=60)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait(30)
+    assert serve.returncode == 1, out
+    assert job.returncode == 0, job.describe()
+    (row,) = [line for line in out.splitlines() if "SoftmaxCrossEntropyWithLogits-op" in line and "tensor_overflow" in
+              line and not line.startswith("(msdebug")]
+    assert row.split()[:2] == ["3", "1"]                                       # step 3, rank 1
+    assert "(rank 0) waiting at step 3" in out and "(rank 1) waiting at step 3" in out

@@ -85,5 +85,10 @@ def run(args: argparse.Namespace) -> int:
         ports = ",".join(map(str, server.ports))
         print(f"msdebug serve: listening on {args.host}:{ports}; start the training with ENABLE_MS_DEBUGGER=1 "
               f"MS_DEBUGGER_HOST={args.host} MS_DEBUGGER_PORT={args.port}", flush=True)
-        return run_session(server, lambda: server.wait_for_training(timeout=args.connect_timeout),
-                           commands=commands, timeout=args.timeout)
+        if args.ranks > 1:
+            def connect():
+                return server.wait_for_ranks(args.ranks, timeout=args.connect_timeout)
+        else:
+            def connect():
+                return server.wait_for_training(timeout=args.connect_timeout)
+        return run_session(server, connect, commands=commands, timeout=args.timeout)

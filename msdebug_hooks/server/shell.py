@@ -7,6 +7,10 @@ Commands (``help <command>`` at the prompt says more): ``status``, ``jobs`` / ``
 ``tensor NAME [previous] [slot=N]``, ``stats NAME [previous] [slot=N]``, ``save NAME FILE.npy [previous]``,
 ``source NAME``, ``terminate``, ``quit``.
 
+With several ranks (``msdebug serve --ranks N``), run commands (watch, unwatch, continue, step, pause, recheck,
+terminate, hits) act on every rank, kept in lockstep (``group.py``); views and listings act on the current rank
+(``job N`` switches).
+
 The training only waits when the person asked it to (it is suspended between commands, as in pdb); a blocking
 command (``continue``, ``step``) blocks the prompt, never the training, and Ctrl-C turns it into a pause.
 
@@ -30,6 +34,7 @@ from msdebug_hooks._files import atomic_path
 from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.server.errors import JobError
 from msdebug_hooks.server.graph import CATEGORIES, Node
+from msdebug_hooks.server.group import RankGroup
 from msdebug_hooks.server.hits import Hit
 from msdebug_hooks.server.job import Job, JobState
 from msdebug_hooks.server.server import DebuggerServer
@@ -86,6 +91,7 @@ class DebuggerShell(cmd.Cmd):
         super().__init__(stdout=stdout)
         self.server = server
         self.job = job
+        self.group: Optional[RankGroup] = None     # every rank of a multi-rank job: run commands go to all
         self.process = process
         self.interactive = interactive
         self.timeout = timeout
@@ -102,7 +108,23 @@ class DebuggerShell(cmd.Cmd):
 
     def _update_prompt(self) -> None:
         job = self.job
-        self.prompt = "(msdebug) " if job is None else f"(msdebug job {job.id} step {job.step} {job.state}) "
+        ranks = f" of {len(self.group.jobs)} ranks" if self.group is not None else ""
+        self.prompt = "(msdebug) " if job is None else f"(msdebug job {job.id}{ranks} step {job.step} {job.state}) "
+
+    def attach(self, target: "Job | RankGroup") -> None:
+        """Act on a job, or on every rank of a group (views and listings on the current rank, ``job N``)."""
+        if isinstance(target, RankGroup):
+            self.group, self.job = target, target.jobs[0]
+        else:
+            self.group, self.job = None, target
+        self._update_prompt()
+
+    def _driver(self):
+        """What run commands act on: the group of ranks, or the current job."""
+        return self.group if self.group is not None else self._job()
+
+    def _jobs(self) -> list[Job]:
+        return list(self.group.jobs) if self.group is not None else [self._job()]
 
     def postcmd(self, stop: bool, line: str) -> bool:
         self._update_prompt()
@@ -156,17 +178,17 @@ class DebuggerShell(cmd.Cmd):
 
     def finish(self) -> int:
         """End the session: terminate a training still alive, wait for our process; the exit code."""
-        job = self.job
-        if job is not None and job.alive:
+        jobs = self._jobs() if self.job is not None else []
+        if any(job.alive for job in jobs):
             try:
-                job.terminate(timeout=60)
+                self._driver().terminate(timeout=60)
             except (JobError, TimeoutError) as exc:
                 self.say(f"*** could not terminate the training: {exc}")
-        lost = job is not None and job.state is JobState.LOST
+        lost = [job for job in jobs if job.state is JobState.LOST]
         self._reap()
-        if lost:
-            self.say(f"*** the training was lost: {job.reason}")
-        if self.bad_input or job is None or lost:
+        for job in lost:
+            self.say(f"*** job {job.id} (rank {job.rank}) was lost: {job.reason}")
+        if self.bad_input or not jobs or lost:
             return EXIT_BAD
         return EXIT_HITS if self.saw_hits else EXIT_OK
 
@@ -201,22 +223,24 @@ class DebuggerShell(cmd.Cmd):
         self.say(table(rows, ("step", "rank", "node", "slot", "watchpoint", "detail", "source"), numeric=(0, 1, 3)))
 
     def _after_run(self, hits: Sequence[Hit]) -> None:
-        job = self._job()
-        if job.alive:
-            self.say(f"job {job.id} {job.state} at step {job.step}")
-        else:
-            self.say(f"job {job.id} {job.state}: {job.reason}")
-            if job.state is not JobState.LOST:
-                self._reap()
+        for job in self._jobs():
+            rank = f" (rank {job.rank})" if self.group is not None else ""
+            if job.alive:
+                self.say(f"job {job.id}{rank} {job.state} at step {job.step}")
+            else:
+                self.say(f"job {job.id}{rank} {job.state}: {job.reason}")
+        if not any(job.alive for job in self._jobs()) and all(job.state is not JobState.LOST
+                                                               for job in self._jobs()):
+            self._reap()
         self._print_hits(hits)
 
     # -- commands: where are we ---------------------------------------------------------------------------------
     def do_status(self, arg: str) -> None:
         """status: the current job's state, step, watchpoints and hits."""
-        job = self._job()
-        self.say(f"job {job.id}: rank {job.rank}, {job.state} at step {job.step}, {len(job.graph or ())} nodes, "
-                 f"{len(job.watchpoints)} watchpoint(s), {len(job.hits)} hit(s) here, {len(job.all_hits)} in all"
-                 f"{f' ({job.reason})' if job.reason else ''}")
+        for job in self._jobs():
+            self.say(f"job {job.id}: rank {job.rank}, {job.state} at step {job.step}, {len(job.graph or ())} nodes, "
+                     f"{len(job.watchpoints)} watchpoint(s), {len(job.hits)} hit(s) here, {len(job.all_hits)} in "
+                     f"all{f' ({job.reason})' if job.reason else ''}")
         if self.output_log is not None:
             self.say(f"training output: {self.output_log}")
 
@@ -230,7 +254,10 @@ class DebuggerShell(cmd.Cmd):
         """job N: make job N the one commands act on."""
         if not arg.strip().isdigit():
             raise BadCommand(f"job {arg!r}: give a job id from the jobs list")
-        self.job = self.server.job(int(arg))
+        job = self.server.job(int(arg))
+        if self.group is not None and job not in self.group.jobs:
+            self.group = None               # another training: commands act on it alone
+        self.job = job
         self.say(f"job {self.job.id}: {self.job.state} at step {self.job.step}")
 
     def do_wait(self, arg: str) -> None:
@@ -293,20 +320,21 @@ class DebuggerShell(cmd.Cmd):
             selected = nodes[0]
         elif nodes:
             job = self._job()
-            chosen: dict[str, Node] = {}
+            chosen: dict[str, None] = {}
             for pattern in nodes:
                 for node in job.nodes(pattern) if job.graph.find(pattern) is None else [job.node(pattern)]:
-                    chosen.setdefault(node.name, node)
-            selected = list(chosen.values())
-        watchpoint = self._job().watch(spec, selected)
-        self.say(f"watchpoint {watchpoint.id}: {watchpoint.label} on {len(watchpoint.nodes)} node(s)")
+                    chosen.setdefault(node.name, None)
+            selected = list(chosen)
+        made = self._driver().watch(spec, selected)
+        for watchpoint in made if isinstance(made, list) else [made]:
+            self.say(f"watchpoint {watchpoint.id}: {watchpoint.label} on {len(watchpoint.nodes)} node(s)")
 
     def do_unwatch(self, arg: str) -> None:
         """unwatch ID|all: delete a watchpoint, or all of them."""
         target = arg.strip()
         if target not in ("all", "*") and not target.isdigit():
             raise BadCommand(f"unwatch {target!r}: give a watchpoint id or 'all'")
-        ids = self._job().unwatch(None if target in ("all", "*") else int(target))
+        ids = self._driver().unwatch(None if target in ("all", "*") else int(target))
         self.say(f"deleted watchpoint(s) {', '.join(map(str, ids)) or 'none'}")
 
     def do_watchpoints(self, arg: str) -> None:
@@ -319,7 +347,7 @@ class DebuggerShell(cmd.Cmd):
     # -- commands: running ----------------------------------------------------------------------------------------
     def do_continue(self, arg: str) -> None:
         """continue: run until a watchpoint hits or the training ends; Ctrl-C pauses it at the next step end."""
-        job = self._job()
+        job = self._driver()
         try:
             hits = job.run_until_hit(timeout=self.timeout)
         except KeyboardInterrupt:
@@ -335,7 +363,7 @@ class DebuggerShell(cmd.Cmd):
         text = arg.strip() or "1"
         if not text.isdigit() or int(text) < 1:
             raise BadCommand(f"step {text!r}: give a number of steps >= 1")
-        job = self._job()
+        job = self._driver()
         try:
             hits = job.run(int(text), timeout=self.timeout)
         except KeyboardInterrupt:
@@ -348,18 +376,18 @@ class DebuggerShell(cmd.Cmd):
 
     def do_pause(self, arg: str) -> None:
         """pause: stop a running training at its next step end."""
-        step = self._job().pause()
+        step = self._driver().pause()
         self.say(f"paused at step {step}")
 
     def do_recheck(self, arg: str) -> None:
         """recheck: evaluate every watchpoint again on this step's values."""
-        hits = self._job().recheck()
+        hits = self._driver().recheck()
         self.say(f"recheck at step {self._job().step}: {len(hits)} hit(s)")
         self._print_hits(hits)
 
     def do_hits(self, arg: str) -> None:
         """hits [all]: the hits of this suspension (all: every hit of the session)."""
-        job = self._job()
+        job = self._driver()
         hits = job.all_hits if arg.strip() == "all" else job.hits
         if not hits:
             self.say("no hits")
@@ -368,8 +396,9 @@ class DebuggerShell(cmd.Cmd):
 
     def do_terminate(self, arg: str) -> None:
         """terminate: stop the training (it ends cleanly, its end hooks run)."""
-        state = self._job().terminate()
-        self.say(f"job {self._job().id} {state}")
+        self._driver().terminate()
+        for job in self._jobs():
+            self.say(f"job {job.id} {job.state}")
         self._reap()
 
     # -- commands: tensors ----------------------------------------------------------------------------------------
@@ -447,24 +476,25 @@ def _location(node: Node) -> str:
     return f"{os.path.basename(frame.file_path)}:{frame.line_no}" if frame else ""
 
 
-def run_session(server: DebuggerServer, connect: Callable[[], Job], *, commands: Optional[Sequence[str]],
+def run_session(server: DebuggerServer, connect: Callable[[], "Job | RankGroup"], *, commands: Optional[Sequence[str]],
                 process=None, output_log: Optional[Path] = None, timeout: float = 3600.0,
                 stdout: TextIO = sys.stdout) -> int:
     """Wait for the training (``connect``), then run ``commands`` or the interactive prompt; the exit code."""
     shell = DebuggerShell(server, process=process, stdout=stdout, interactive=commands is None, timeout=timeout,
                           output_log=output_log)
     try:
-        shell.job = connect()
+        shell.attach(connect())
     except KeyboardInterrupt:
         shell.say("stopped waiting for a training")
         return shell.finish()
     except (JobError, TimeoutError) as exc:
         shell.say(f"*** {exc}")
         return shell.finish()
-    job = shell.job
-    shell.say(f"job {job.id} connected from {job.peer} (rank {job.rank}, MindSpore {job.ms_version}): "
-              f"{len(job.graph)} nodes, waiting at step {job.step}; type help for commands")
-    shell._update_prompt()
+    for job in shell._jobs():
+        shell.say(f"job {job.id} connected from {job.peer} (rank {job.rank}, MindSpore {job.ms_version}): "
+                  f"{len(job.graph)} nodes, waiting at step {job.step}")
+    shell.say("type help for commands" + ("; run commands act on every rank, views on the current one (job N)"
+                                          if shell.group is not None else ""))
     if commands is not None:
         return shell.run_commands(commands)
     shell.cmdloop_safely()
