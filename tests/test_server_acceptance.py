@@ -21,7 +21,9 @@ WEIGHTS = {"conv1.weight", "conv2.weight", "fc1.weight", "fc1.bias", "fc2.weight
 
 
 def test_api_waits_runs_exact_steps_hits_views_and_terminates_cleanly(tmp_path):
-    with DebuggerServer(port=0) as server, training(tmp_path, server.port, "--nan-batch", "4") as run:
+    # --width 2700: fc1.weight is 2700 x 400 float32 (4.3 MB), so it arrives in several 3 MiB pieces
+    with DebuggerServer(port=0) as server, training(tmp_path, server.port, "--nan-batch", "4", "--width",
+                                                    "2700") as run:
         job = server.wait_for_training(timeout=120, process=run.proc)
         assert (job.state, job.step, run.steps()) == (JobState.WAITING, 0, 0)         # held at step 0
         assert {n.short_name for n in job.nodes(category="weight")} == WEIGHTS
@@ -45,6 +47,7 @@ def test_api_waits_runs_exact_steps_hits_views_and_terminates_cleanly(tmp_path):
         large = job.watch(TensorTooLargeCondition(max_gt=0.0), "fc1.weight")
         rechecked = [h for h in job.recheck() if h.watchpoint.id == large.id]
         fc1 = job.tensor("fc1.weight")
+        assert fc1.shape == (2700, 400)
         stats = job.statistics("fc1.weight")
         assert [h.node.short_name for h in rechecked] == ["fc1.weight"] and rechecked[0].step == 5
         assert rechecked[0].actual_value == pytest.approx(float(fc1.max()))

@@ -33,7 +33,7 @@ class ReceivedTensor:
     problem: str = ""
 
 
-def _to_array(last: graph_pb.TensorProto, content: bytes) -> tuple[Optional[np.ndarray], str]:
+def _to_array(last: graph_pb.TensorProto, content: bytearray) -> tuple[Optional[np.ndarray], str]:
     if last.data_type == graph_pb.DT_UNDEFINED and not content:
         return None, ""
     try:
@@ -46,29 +46,28 @@ def _to_array(last: graph_pb.TensorProto, content: bytes) -> tuple[Optional[np.n
     expected = math.prod(shape) * dtype.itemsize
     if len(content) != expected:
         return None, f"{len(content)} bytes for dims={list(shape)} of {dtype} (expected {expected})"
-    return np.frombuffer(content, dtype=dtype).reshape(shape).copy(), ""
+    return np.frombuffer(content, dtype=dtype).reshape(shape), ""     # writable: it owns the bytearray
 
 
 def assemble(pieces: Iterable[graph_pb.TensorProto]) -> list[ReceivedTensor]:
     """Join the pieces of a ``SendTensors`` stream into whole tensors, in order."""
     tensors: list[ReceivedTensor] = []
-    parts: list[bytes] = []
-    size = 0
+    content = bytearray()
     oversize = False
     for piece in pieces:
-        size += len(piece.tensor_content)
-        if size >= MAX_TENSOR_BYTES:
-            oversize, parts = True, []
-        elif not oversize:
-            parts.append(piece.tensor_content)
+        if not oversize:
+            if len(content) + len(piece.tensor_content) >= MAX_TENSOR_BYTES:
+                oversize, content = True, bytearray()
+            else:
+                content += piece.tensor_content
         if not piece.finished:
             continue
         if oversize:
             value, problem = None, f"larger than {MAX_TENSOR_BYTES} bytes: not kept"
         else:
-            value, problem = _to_array(piece, b"".join(parts))
+            value, problem = _to_array(piece, content)
         tensors.append(ReceivedTensor(piece.node_name, piece.slot or "0", piece.iter == "prev", value, problem))
-        parts, size, oversize = [], 0, False
+        content, oversize = bytearray(), False
     return tensors
 
 
