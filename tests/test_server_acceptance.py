@@ -84,3 +84,22 @@ def test_dump_source_finds_the_first_nan_operator_with_its_source_line_and_input
         np.testing.assert_array_equal(np.isnan(produced), given < 0)                   # sqrt of a negative
         assert job.terminate() is JobState.TERMINATED
         assert run.proc.wait(60) == 0
+
+
+def test_debug_from_a_script_example_finds_the_sqrt_and_saves_its_input(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT, fresh_env
+
+    env = fresh_env()
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "debug_first_nan.py"), "--save", str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "first NaN/Inf at step 3: output of Default/network-WithLossCell/_backbone-SqrtLeNet/scale-SqrtScale/" \
+           "Sqrt-op0 (Sqrt)" in proc.stdout
+    assert "find_first_nan.py:" in proc.stdout and "return ops.sqrt(x + 1.0)" in proc.stdout
+    assert "training terminated at step 3, exit code 0" in proc.stdout
+    given, produced = np.load(tmp_path / "input_Add-op0.npy"), np.load(tmp_path / "output_Sqrt-op0.npy")
+    np.testing.assert_array_equal(np.isnan(produced), given < 0)

@@ -525,9 +525,7 @@ class Job:
                 self._group.report(self.rank, self.step, hit=arrived)
             counted = False
             while True:
-                if self._closing:
-                    return commands.failed()
-                if self.state is JobState.LOST:
+                if self._closing or self.state in (JobState.LOST, JobState.FINISHED, JobState.MISMATCH):
                     return commands.failed()
                 if self._queue:
                     reply = self._queue.popleft()
