@@ -233,26 +233,33 @@ def _step_overhead(rounds: int, steps: int) -> dict[str, tuple[float, float]]:
 
 
 # -- tensor view throughput -------------------------------------------------------------------------------------
-def _view_throughput(repeats: int) -> tuple[float, float]:
-    import numpy as np
+def _big_graph():
+    """(graph, value) of a one-layer network whose ``fc.weight`` is 2048 x 4096 float32 = 32 MiB."""
     from mindspore import nn
 
-    from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
     from msdebug_hooks.debugger.graph import build_graph
-    from msdebug_hooks.debugger.session import DebuggerSession
-    from msdebug_hooks.debugger.tensors import NetworkTensors
-    from msdebug_hooks.debugger.transport import CHUNK_BYTES, Transport
 
     class Big(nn.Cell):
         def __init__(self) -> None:
             super().__init__()
-            self.fc = nn.Dense(4096, 2048)          # fc.weight: 2048 x 4096 float32 = 32 MiB
+            self.fc = nn.Dense(4096, 2048)
 
         def construct(self, x):
             return self.fc(x)
 
     graph = build_graph(Big())
-    weight = graph.parameters["fc.weight"].source.asnumpy()
+    return graph, graph.parameters["fc.weight"].source.asnumpy()
+
+
+def _view_throughput(repeats: int) -> tuple[float, float]:
+    import numpy as np
+
+    from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+    from msdebug_hooks.debugger.session import DebuggerSession
+    from msdebug_hooks.debugger.tensors import NetworkTensors
+    from msdebug_hooks.debugger.transport import CHUNK_BYTES, Transport
+
+    graph, weight = _big_graph()
     proc, port = _start_server(0)
     try:
         transport = Transport(f"127.0.0.1:{port}", stream_timeout=300)
@@ -537,24 +544,13 @@ def server_pull_throughput(repeats: int) -> tuple[float, float]:
     import threading
 
     import numpy as np
-    from mindspore import nn
 
-    from msdebug_hooks.debugger.graph import build_graph
     from msdebug_hooks.debugger.session import DebuggerSession
     from msdebug_hooks.debugger.tensors import NetworkTensors
     from msdebug_hooks.debugger.transport import CHUNK_BYTES, Transport
     from msdebug_hooks.server import DebuggerServer
 
-    class Big(nn.Cell):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = nn.Dense(4096, 2048)          # fc.weight: 2048 x 4096 float32 = 32 MiB
-
-        def construct(self, x):
-            return self.fc(x)
-
-    graph = build_graph(Big())
-    weight = graph.parameters["fc.weight"].source.asnumpy()
+    graph, weight = _big_graph()
 
     def joined(iterator, context) -> bytes:
         return str(len(b"".join(iterator))).encode()

@@ -112,3 +112,14 @@ def test_a_second_training_on_the_same_port_gets_a_job_of_its_own(tmp_path, no_l
             for job in jobs:
                 assert job.terminate() is JobState.TERMINATED
             assert first_run.proc.wait(60) == 0 and second_run.proc.wait(60) == 0
+
+
+def test_closing_the_server_under_a_suspended_training_lets_it_train_to_the_end(tmp_path, no_leaks):
+    server = DebuggerServer(port=0).start()
+    no_leaks.append(server.port)
+    with training(tmp_path, server.port, "--batches", "12") as run:
+        job = server.wait_for_training(timeout=120, process=run.proc)
+        assert job.run(2) == [] and run.steps() == 2
+        server.close()                                         # while the training is suspended at step 2
+        assert run.proc.wait(120) == 0                         # it trained on, undebugged, to the end
+    assert run.steps() == 12 and run.lines()[-1] == "end"
