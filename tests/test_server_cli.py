@@ -16,7 +16,7 @@ from conftest import EXAMPLES, ROOT, fresh_env
 from mindinsight_server import free_port
 from server_training import PLAIN, training
 
-pytestmark = [pytest.mark.mindspore, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.timeout(300)]
 
 PROMPT = r"\(msdebug job 1 step (\d+) (\w+)\) "
 
@@ -33,6 +33,7 @@ def _msdebug(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
+@pytest.mark.mindspore
 def test_prompt_through_a_terminal_lists_watches_steps_views_pauses_on_ctrl_c_and_terminates(tmp_path):
     log = tmp_path / "steps.log"
     child = pexpect.spawn(sys.executable, ["-m", "msdebug_hooks", "debug", "--output", str(tmp_path / "out.txt"),
@@ -87,6 +88,7 @@ def test_prompt_through_a_terminal_lists_watches_steps_views_pauses_on_ctrl_c_an
     assert child.exitstatus == 2          # 'bogus' was bad input; no hit
 
 
+@pytest.mark.mindspore
 def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
     hit = _msdebug("debug", "-c", "watch weight_overflow *; continue", str(PLAIN), "--nan-batch", "2",
                    "--batches", "8")
@@ -112,6 +114,7 @@ def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
     assert missing.returncode == 2 and "script=" in missing.stderr and "Traceback" not in missing.stderr
 
 
+@pytest.mark.mindspore
 def test_serve_drives_a_training_started_elsewhere(tmp_path):
     port = free_port()
     serve = subprocess.Popen([sys.executable, "-m", "msdebug_hooks", "serve", "--port", str(port), "-c",
@@ -128,3 +131,20 @@ def test_serve_drives_a_training_started_elsewhere(tmp_path):
             serve.kill()
             serve.wait(30)
     assert "job 1 waiting at step 4" in out and "nan " in out
+
+
+def test_serve_and_debug_refuse_a_port_in_use_and_bad_values_with_exit_2():
+    from msdebug_hooks.server import DebuggerServer
+
+    with DebuggerServer(port=0, log_reports=False) as taken:
+        port = taken.port
+        busy = _msdebug("serve", "--port", str(port), "-c", "status", timeout=60)
+    assert busy.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    assert "Traceback" not in busy.stderr
+    for args, message in ((("serve", "--port", "0"), "--port=0 is not allowed"),
+                          (("serve", "--ranks", "0"), "--ranks=0 is not allowed"),
+                          (("debug", "--port", "70000", str(PLAIN)), "port=70000 is not allowed"),
+                          (("serve", "-x", "/nonexistent/commands.txt"), "--command-file='/nonexistent/commands.txt'"),
+                          (("serve", "-c", " ; "), "no commands given")):
+        proc = _msdebug(*args, timeout=60)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)

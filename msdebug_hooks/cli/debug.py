@@ -57,7 +57,12 @@ def run(args: argparse.Namespace) -> int:
     env.pop("ENABLE_MS_DEBUGGER", None)       # msdebug run attaches the debugger itself
     if args.source:
         env["MS_DEBUGGER_SOURCE"] = args.source
-    with DebuggerServer(port=args.port, host=args.host, log_reports=False) as server:
+    try:
+        server = DebuggerServer(port=args.port, host=args.host, log_reports=False).start()
+    except (ValueError, OSError) as exc:
+        print(f"msdebug debug: error: --port / --host: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    with server:
         connect_host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
         command = [sys.executable, "-m", "msdebug_hooks", "run", "--host", connect_host, "--port", str(server.port),
                    str(script), *args.args]

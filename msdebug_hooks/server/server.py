@@ -53,6 +53,7 @@ class DebuggerServer:
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1", *, ports: Iterable[int] = (), max_workers: int = 32,
                  log_reports: bool = True) -> None:
+        ports = list(ports)
         for name, value in (("port", port), *((f"ports[{i}]", p) for i, p in enumerate(ports))):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
                 raise ValueError(f"{name}={value!r} is not allowed: an int 0..65535 (0: a free port)")
