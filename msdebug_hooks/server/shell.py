@@ -22,6 +22,7 @@ or it was lost before it ended).
 from __future__ import annotations
 
 import cmd
+import inspect
 import os
 import shlex
 import sys
@@ -43,6 +44,7 @@ __all__ = ["DebuggerShell", "table", "split_commands", "EXIT_OK", "EXIT_HITS", "
 
 EXIT_OK, EXIT_HITS, EXIT_BAD = 0, 1, 2
 MAX_ROWS = 60
+_ALIASES = frozenset({"c", "cont", "s", "n", "next", "p", "print", "q", "exit", "EOF", "search", "where", "wp"})
 
 
 class BadCommand(ValueError):
@@ -132,6 +134,18 @@ class DebuggerShell(cmd.Cmd):
 
     def emptyline(self) -> bool:
         return False
+
+    def get_names(self) -> list[str]:
+        """Commands for ``help``'s list, without the short aliases (each command's help names them)."""
+        return [name for name in super().get_names() if name[3:] not in _ALIASES]
+
+    def do_help(self, arg: str) -> None:
+        """help [COMMAND]: the commands, or what one does."""
+        method = getattr(self, f"do_{arg.strip()}", None) if arg.strip() else None
+        if method is not None and method.__doc__:
+            self.say(inspect.cleandoc(method.__doc__))
+            return
+        super().do_help(arg)
 
     def default(self, line: str) -> bool:
         if line.strip() == "EOF":
@@ -269,7 +283,7 @@ class DebuggerShell(cmd.Cmd):
     def do_nodes(self, arg: str) -> None:
         """nodes [PATTERN] [CATEGORY] [stack=TEXT] [all]: list nodes. PATTERN is a glob (*, ?) or a substring;
         CATEGORY one of weight, gradient, activation, parameter, operator; stack=TEXT matches source lines
-        (e.g. stack=train.py:42); 'all' lifts the 60-row limit."""
+        (e.g. stack=train.py:42); 'all' lifts the 60-row limit. Also: search."""
         pattern, category, stack, show_all = "", None, "", False
         for token in shlex.split(arg):
             if token in CATEGORIES:
@@ -291,7 +305,7 @@ class DebuggerShell(cmd.Cmd):
     do_search = do_nodes
 
     def do_source(self, arg: str) -> None:
-        """source NAME: the source lines behind a node (innermost first; > marks the training's own line)."""
+        """source NAME (where): the source lines behind a node (innermost first; > marks the training's own line)."""
         node = self._node(arg.strip())
         if not node.stack:
             self.say(f"{node.name}: the graph carries no source lines for it (the dump source has them)")
@@ -338,7 +352,7 @@ class DebuggerShell(cmd.Cmd):
         self.say(f"deleted watchpoint(s) {', '.join(map(str, ids)) or 'none'}")
 
     def do_watchpoints(self, arg: str) -> None:
-        """watchpoints: the current job's watchpoints."""
+        """watchpoints (wp): the current job's watchpoints."""
         rows = [(w.id, w.label, w.condition, len(w.nodes)) for w in self._job().watchpoints.values()]
         self.say(table(rows, ("id", "as given", "condition", "nodes"), numeric=(0, 3)))
 
@@ -346,7 +360,7 @@ class DebuggerShell(cmd.Cmd):
 
     # -- commands: running ----------------------------------------------------------------------------------------
     def do_continue(self, arg: str) -> None:
-        """continue: run until a watchpoint hits or the training ends; Ctrl-C pauses it at the next step end."""
+        """continue (c, cont): run until a watchpoint hits or the training ends; Ctrl-C pauses it at the next step end."""
         job = self._driver()
         try:
             hits = job.run_until_hit(timeout=self.timeout)
@@ -359,7 +373,7 @@ class DebuggerShell(cmd.Cmd):
     do_c = do_cont = do_continue
 
     def do_step(self, arg: str) -> None:
-        """step [N]: run N steps (default 1); stops earlier on a hit; Ctrl-C pauses."""
+        """step [N] (s, next, n): run N steps (default 1); stops earlier on a hit; Ctrl-C pauses."""
         text = arg.strip() or "1"
         if not text.isdigit() or int(text) < 1:
             raise BadCommand(f"step {text!r}: give a number of steps >= 1")
@@ -430,7 +444,7 @@ class DebuggerShell(cmd.Cmd):
         self.say(table(rows, ("statistic", "value"), numeric=(1,)))
 
     def do_tensor(self, arg: str) -> None:
-        """tensor NAME [previous] [slot=N]: a node's output values (summarised when large)."""
+        """tensor NAME [previous] [slot=N] (p, print): a node's output values (summarised when large)."""
         (name,), step, slot = self._tensor_args(arg)
         value = self._job().tensor(name, step, slot=slot)
         finite = value[np.isfinite(value)] if np.issubdtype(value.dtype, np.floating) else value
@@ -455,7 +469,7 @@ class DebuggerShell(cmd.Cmd):
 
     # -- leaving --------------------------------------------------------------------------------------------------
     def do_quit(self, arg: str) -> bool:
-        """quit: terminate the training if it is still alive, and leave."""
+        """quit (q, exit, Ctrl-D): terminate the training if it is still alive, and leave."""
         self.done = True
         return True
 
