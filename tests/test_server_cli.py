@@ -148,3 +148,16 @@ def test_serve_and_debug_refuse_a_port_in_use_and_bad_values_with_exit_2():
                           (("serve", "-c", " ; "), "no commands given")):
         proc = _msdebug(*args, timeout=60)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+@pytest.mark.mindspore
+def test_command_mode_with_the_dump_source_names_the_first_nan_operator_and_its_line():
+    proc = _msdebug("debug", "--source", "dump", "-c", "watch tensor_overflow *; continue; source Sqrt-op0",
+                    str(EXAMPLES / "debug_first_nan.py"), "--train")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if "tensor_overflow" in line and
+            not line.startswith(("(msdebug", "watchpoint"))]
+    operators = [row for row in rows if "Parameter" not in row and not row[2].endswith((".weight", ".bias"))]
+    assert operators[0][:2] == ["3", "0"] and operators[0][2].endswith("scale-SqrtScale/Sqrt-op0")
+    assert operators[0][-1].startswith("find_first_nan.py:")                 # the source column
+    assert "> " + str(EXAMPLES / "find_first_nan.py") in proc.stdout and "return ops.sqrt(x + 1.0)" in proc.stdout
