@@ -34,6 +34,11 @@ class Training:
     def steps(self) -> int:
         return sum(1 for line in self.lines() if line.startswith("step "))
 
+    def logged_through(self, step: int) -> bool:
+        """While the training is suspended at the end of ``step``: the script's own step-end hook has logged that
+        step or, when the debugger's hook runs before it, the one before; never a later one."""
+        return self.steps() in (step - 1, step)
+
     def out(self) -> str:
         return self.output.read_text(errors="replace") if self.output.exists() else ""
 

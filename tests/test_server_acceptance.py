@@ -30,17 +30,17 @@ def test_api_waits_runs_exact_steps_hits_views_and_terminates_cleanly(tmp_path):
         assert job.ms_version.startswith("2.10")
 
         assert job.run(3) == [] and job.step == 3 and job.state is JobState.WAITING    # exactly three steps
-        assert run.steps() == 3
+        assert run.logged_through(3)
 
         overflow = job.watch("weight_overflow")                                        # every weight
         assert {n.short_name for n in overflow.nodes} == WEIGHTS
         before = job.tensor("fc2.weight")
-        assert job.run(1) == [] and job.step == 4 and run.steps() == 4
+        assert job.run(1) == [] and job.step == 4 and run.logged_through(4)
         np.testing.assert_array_equal(job.tensor("fc2.weight", "previous"), before)    # step 3's value
         assert not np.array_equal(job.tensor("fc2.weight"), before)
 
         hits = job.run_until_hit(timeout=120)                                          # batch 4 is step 5
-        assert job.step == 5 and run.steps() == 5
+        assert job.step == 5 and run.logged_through(5)
         assert [(h.node.short_name, h.step, h.watchpoint.id) for h in hits] == [("conv1.weight", 5, overflow.id)]
         assert not np.isfinite(job.tensor(hits[0].node)).all()
 
