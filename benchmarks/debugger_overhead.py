@@ -31,6 +31,17 @@ runs in its own child process (plain; dump source without watchpoints; dump sour
 operator, set by the server from the graph it received), in rotating order per round. Reported: median step time per
 variant and its ratio to plain. No target: the issue asks for the number to be known.
 Run: ``python benchmarks/debugger_overhead.py --dump-source [--rounds 3] [--steps 40]``.
+
+Our own server (issue 13, ``--server``, a separate section): the same client and LeNet training driven by the headless
+``msdebug_hooks.server.DebuggerServer`` (in a separate process, its driver setting the watchpoints and running
+"until a hit" for every training, as a script would) and by a real MindInsight 2.3.1 (its REST API doing the same, as
+the browser would), in interleaved rounds: plain, ours with no watchpoint and with 5 watchpoints on all weights,
+MindInsight with the same two. Reported: median step time per variant and the ratio to plain. Then the tensor pull
+throughput of the server API (``job.tensor`` of a 32 MiB weight: the view command, the client's answer in 3 MiB
+pieces, reassembly into numpy) against raw grpcio on the same loopback (a client-streaming call of ready-made 3 MiB
+``bytes`` with identity serializers, joined by the handler). No targets: the issue asks for the numbers.
+Run: ``python benchmarks/debugger_overhead.py --server [--rounds 4] [--steps 40]`` (MindInsight comes from
+``.venv-mindinsight``; ``--no-mindinsight`` leaves it out).
 """
 from __future__ import annotations
 
@@ -232,26 +243,33 @@ def _step_overhead(rounds: int, steps: int) -> dict[str, tuple[float, float]]:
 
 
 # -- tensor view throughput -------------------------------------------------------------------------------------
-def _view_throughput(repeats: int) -> tuple[float, float]:
-    import numpy as np
+def _big_graph():
+    """(graph, value) of a one-layer network whose ``fc.weight`` is 2048 x 4096 float32 = 32 MiB."""
     from mindspore import nn
 
-    from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
     from msdebug_hooks.debugger.graph import build_graph
-    from msdebug_hooks.debugger.session import DebuggerSession
-    from msdebug_hooks.debugger.tensors import NetworkTensors
-    from msdebug_hooks.debugger.transport import CHUNK_BYTES, Transport
 
     class Big(nn.Cell):
         def __init__(self) -> None:
             super().__init__()
-            self.fc = nn.Dense(4096, 2048)          # fc.weight: 2048 x 4096 float32 = 32 MiB
+            self.fc = nn.Dense(4096, 2048)
 
         def construct(self, x):
             return self.fc(x)
 
     graph = build_graph(Big())
-    weight = graph.parameters["fc.weight"].source.asnumpy()
+    return graph, graph.parameters["fc.weight"].source.asnumpy()
+
+
+def _view_throughput(repeats: int) -> tuple[float, float]:
+    import numpy as np
+
+    from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+    from msdebug_hooks.debugger.session import DebuggerSession
+    from msdebug_hooks.debugger.tensors import NetworkTensors
+    from msdebug_hooks.debugger.transport import CHUNK_BYTES, Transport
+
+    graph, weight = _big_graph()
     proc, port = _start_server(0)
     try:
         transport = Transport(f"127.0.0.1:{port}", stream_timeout=300)
@@ -420,6 +438,168 @@ def dump_source_overhead(rounds: int, steps: int) -> dict[str, float]:
     return ratios
 
 
+# -- our own server (issue 13) ------------------------------------------------------------------------------------
+SERVER_WATCHPOINTS = ["weight_overflow", "weight_too_large:max_gt=1e6", "weight_too_small:min_lt=-1e6",
+                      "weight_change_too_large:abs_mean_update_ratio_gt=10", "weight_not_changed:rtol=1e-30"]
+MINDINSIGHT_WATCHPOINTS = [("weight_overflow", None), ("weight_too_large", {"max_gt": 1e6}),
+                           ("weight_too_small", {"min_lt": -1e6}),
+                           ("weight_change_too_large", {"abs_mean_update_ratio_gt": 10.0}),
+                           ("weight_not_changed", {"rtol": 1e-30})]
+
+
+def serve_ours(watchpoints: int) -> None:
+    """Our server, headless: every training that connects gets ``watchpoints`` watchpoints on all weights and runs
+    until a hit (none comes), as a script driving ``DebuggerServer`` would."""
+    import threading
+
+    from msdebug_hooks.server import DebuggerServer
+
+    with DebuggerServer(port=0, log_reports=False) as server:
+        def drive() -> None:
+            while True:
+                try:
+                    job = server.wait_for_training(timeout=3600)
+                except Exception:      # closed
+                    return
+                for spec in SERVER_WATCHPOINTS[:watchpoints]:
+                    job.watch(spec)
+                job.run(None)
+
+        threading.Thread(target=drive, daemon=True).start()
+        print(server.port, flush=True)
+        sys.stdin.read()
+
+
+def _start_ours(watchpoints: int) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, __file__, "--serve-ours", str(watchpoints)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    return proc, int(proc.stdout.readline())
+
+
+def _drive_mindinsight(rest, watchpoints: int, stop) -> None:
+    """What a person in MindInsight's UI does for each new training: set the watchpoints, continue until paused."""
+    while not stop.is_set():
+        try:
+            rest.wait_for(lambda r: r["metadata"]["state"] == "waiting" and r["metadata"]["step"] == 0,
+                          timeout=1.0, interval=0.02)
+        except Exception:
+            continue
+        for condition, params in MINDINSIGHT_WATCHPOINTS[:watchpoints]:
+            rest.create_watchpoint(condition, params)
+        rest.continue_steps(-1)
+        try:
+            rest.wait_for(lambda r: not (r["metadata"]["state"] == "waiting" and r["metadata"]["step"] == 0),
+                          timeout=60, interval=0.02)
+        except Exception:
+            pass
+
+
+def server_overhead(rounds: int, steps: int, with_mindinsight: bool) -> dict[str, float]:
+    import contextlib
+    import logging
+    import threading
+
+    from lenet import make_dataset, make_model
+    from msdebug_hooks.debugger.callback import DebuggerCallback
+
+    logging.getLogger("msdebug_hooks").setLevel(logging.WARNING)
+    ours = {n: _start_ours(n) for n in (0, len(SERVER_WATCHPOINTS))}
+    variants = {"plain": lambda: []}
+    for n, (_proc, port) in ours.items():
+        variants[f"our server, {n} watchpoints"] = (lambda port=port: [DebuggerCallback("127.0.0.1", port)])
+    stack = contextlib.ExitStack()
+    stop = threading.Event()
+    try:
+        if with_mindinsight:
+            sys.path.insert(0, str(ROOT / "tests"))
+            from mindinsight_server import running_mindinsight
+
+            for n in (0, len(MINDINSIGHT_WATCHPOINTS)):
+                mindinsight = stack.enter_context(running_mindinsight())
+                threading.Thread(target=_drive_mindinsight, args=(mindinsight.rest, n, stop), daemon=True).start()
+                variants[f"MindInsight 2.3.1, {n} watchpoints"] = (
+                    lambda port=mindinsight.debugger_port: [DebuggerCallback("127.0.0.1", port)])
+        Marker = _marker_class()
+        models = {name: make_model(0.01)[0] for name in variants}
+        datasets = {name: make_dataset(steps, prebuilt=True) for name in variants}
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        for name, model in models.items():          # warm up
+            model.train(1, datasets[name], callbacks=variants[name](), dataset_sink_mode=False)
+        order = list(variants)
+        for index in range(rounds):
+            for name in order[index % len(order):] + order[:index % len(order)]:
+                outer = Marker()
+                models[name].train(1, datasets[name], callbacks=[outer, *variants[name]()], dataset_sink_mode=False)
+                times[name] += [b - a for a, b in zip(outer.begins[1:-1], outer.begins[2:])]
+    finally:
+        stop.set()
+        stack.close()
+        for proc, _port in ours.values():
+            proc.stdin.close()
+            proc.wait(10)
+    plain = statistics.median(times["plain"])
+    print(f"our server vs MindInsight: LeNet-5 batch 32, {rounds} interleaved rounds x {steps} steps per variant; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"{'variant':<38} {'median step':>12} {'vs plain':>9}")
+    ratios = {}
+    for name in variants:
+        median = statistics.median(times[name])
+        ratios[name] = median / plain
+        print(f"{name:<38} {median * 1e3:>9.3f} ms {median / plain:>8.3f}x")
+    return ratios
+
+
+def server_pull_throughput(repeats: int) -> tuple[float, float]:
+    """``job.tensor`` of a 32 MiB weight from a suspended client, against raw grpcio on the same loopback."""
+    import threading
+
+    import numpy as np
+
+    from msdebug_hooks.debugger.session import DebuggerSession
+    from msdebug_hooks.debugger.tensors import NetworkTensors
+    from msdebug_hooks.debugger.transport import CHUNK_BYTES, Transport
+    from msdebug_hooks.server import DebuggerServer
+
+    graph, weight = _big_graph()
+
+    def joined(iterator, context) -> bytes:
+        return str(len(b"".join(iterator))).encode()
+
+    raw_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    raw_server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Raw", {
+        "Push": grpc.stream_unary_rpc_method_handler(joined, request_deserializer=None, response_serializer=None)}),))
+    raw_port = raw_server.add_insecure_port("127.0.0.1:0")
+    raw_server.start()
+    view = memoryview(weight.reshape(-1).view(np.uint8))
+    pieces = [bytes(view[i:i + CHUNK_BYTES]) for i in range(0, len(view), CHUNK_BYTES)]
+    ours, raw = [], []
+    with DebuggerServer(port=0, log_reports=False) as server, \
+            grpc.insecure_channel(f"127.0.0.1:{raw_port}") as channel:
+        transport = Transport(server.address, stream_timeout=300)
+        session = DebuggerSession(transport, graph, NetworkTensors(graph), ms_version="2.10.0")
+        client = threading.Thread(target=lambda: session.connect() and session.suspend(), daemon=True)
+        client.start()
+        job = server.wait_for_training(timeout=60)
+        push = channel.stream_unary(RAW_METHOD, request_serializer=None, response_deserializer=None)
+        for _ in range(repeats + 1):                 # interleaved; the first of each is a warm-up
+            start = time.perf_counter()
+            assert int(push(iter(pieces), timeout=300)) == weight.nbytes
+            raw.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            pulled = job.tensor("fc.weight", timeout=300)
+            ours.append(time.perf_counter() - start)
+            assert np.array_equal(pulled, weight)
+        job.terminate()
+        client.join(30)
+        transport.close()
+    raw_server.stop(None)
+    mib = weight.nbytes / 2 ** 20
+    raw_rate, our_rate = mib / statistics.median(raw[1:]), mib / statistics.median(ours[1:])
+    print(f"tensor pull of a {mib:.0f} MiB weight through the server API: {our_rate:.0f} MiB/s, raw grpcio "
+          f"{raw_rate:.0f} MiB/s ({100 * our_rate / raw_rate:.0f} % of raw), median of {repeats}")
+    return our_rate, raw_rate
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds per variant (default 6)")
@@ -434,7 +614,15 @@ def main(argv=None) -> int:
     parser.add_argument("--serve-ops", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dump-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--server", action="store_true",
+                        help="measure our own server against plain training and MindInsight (issue 13; default "
+                             "rounds 4)")
+    parser.add_argument("--no-mindinsight", action="store_true", help="with --server: leave MindInsight out")
+    parser.add_argument("--serve-ours", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.serve_ours is not None:
+        serve_ours(args.serve_ours)
+        return 0
     if args.serve is not None:
         serve(args.serve)
         return 0
@@ -451,6 +639,11 @@ def main(argv=None) -> int:
     import mindspore as ms
 
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
+    if args.server:
+        rounds = args.rounds if "--rounds" in (argv if argv is not None else sys.argv) else 4
+        server_overhead(rounds, args.steps, not args.no_mindinsight)
+        server_pull_throughput(args.views)
+        return 0
     results = _step_overhead(args.rounds, args.steps)
     client, raw = _view_throughput(args.views)
     none = results["debugger, no watchpoint"]

@@ -77,6 +77,8 @@ _EXPORTS = {
     # online debugger client
     "DebuggerCallback": "msdebug_hooks.debugger.callback",
     "DistributedDebugger": "msdebug_hooks.callbacks.distributed_debugger",
+    # our own debugger server (grpc, imported on first use)
+    "DebuggerServer": "msdebug_hooks.server.server",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -17,7 +17,8 @@ Options: ``--stop-time SECONDS`` (``StopAtTime``), ``--restored-time RANK:SECOND
 spent), ``--slow-rank RANK --sleep SECONDS`` (that rank sleeps after every step), ``--stop-step N``
 (``StopAtStep``), ``--dump DIR`` (a sync dump of the steps around ``--nan-step``, one ``rank_<r>/`` per rank;
 read it with ``msdebug check-dump DIR --watch tensor_overflow``), ``--debugger HOST:PORT`` (MindInsight's online
-debugger: rank 0 connects, rank 1 follows its pauses; terminate stops both after the same step). Each rank prints
+debugger: rank 0 connects, rank 1 follows its pauses; terminate stops both after the same step; ``--debugger-ranks
+all`` connects every rank, rank r to PORT + r, as ``msdebug serve --ranks N`` listens). Each rank prints
 one ``MSDEBUG_RESULT {json}`` line at the end.
 """
 from __future__ import annotations
@@ -47,6 +48,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dump", default=None, metavar="DIR", help="sync dump of the steps around --nan-step")
     parser.add_argument("--debugger", default=None, metavar="HOST:PORT",
                         help="MindInsight's debugger: rank 0 connects, the other ranks follow its pauses")
+    parser.add_argument("--debugger-ranks", default="0", metavar="all|R,R",
+                        help="ranks that connect to the debugger (all: every rank, rank r to PORT + r, e.g. "
+                             "msdebug serve --port PORT --ranks N)")
     return parser.parse_args(argv)
 
 
@@ -99,7 +103,9 @@ def main(argv=None) -> int:
     callbacks = [progress, guard, timer] + ([StopAtStep(args.stop_step)] if args.stop_step else [])
     if args.debugger:
         host, _, port = args.debugger.rpartition(":")
-        callbacks.insert(0, DistributedDebugger(host, int(port), wait_for_server=True))
+        ranks = "all" if args.debugger_ranks == "all" else [int(r) for r in args.debugger_ranks.split(",")]
+        callbacks.insert(0, DistributedDebugger(host, int(port), ranks=ranks, wait_for_server=True,
+                                                port_per_rank=ranks == "all" or len(ranks) > 1))
     started = time.monotonic()
     model.train(args.epochs, dataset, callbacks=callbacks, dataset_sink_mode=False)
     result = {"rank": rank, "world": world, "pid": os.getpid(), "steps": progress.steps,

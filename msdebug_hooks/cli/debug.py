@@ -1,0 +1,93 @@
+"""``msdebug debug [options] SCRIPT [args...]``: run a training script with the debugger attached to a server in this
+command, and drive it from a pdb-like prompt (or from ``-c`` commands, for CI).
+
+The script runs in a child process (its own session, so Ctrl-C at the prompt pauses the training instead of
+killing it) through ``msdebug run``; its output goes to a log file (``log`` at the prompt shows it) unless
+``--output -``. Exit code: the prompt's (``msdebug_hooks/server/shell.py``): 0 no hit, 1 hits, 2 bad input or a
+training that could not be looked at.
+
+Example::
+
+    msdebug debug train.py --epochs 3
+    msdebug debug -c "watch weight_overflow *; continue" train.py     # exit 1 if a weight overflows
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from msdebug_hooks.cli import EXIT_BAD_INPUT
+from msdebug_hooks.cli.serve import add_session_options, read_commands
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "debug", help="run a training script under a debugger prompt (our own server; no MindInsight needed)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--port", type=int, default=0, help="the server's port (default: a free one)")
+    parser.add_argument("--source", choices=("light", "dump"), default=None,
+                        help="tensor source of the debugger (dump: every operator's outputs; GRAPH_MODE)")
+    parser.add_argument("--output", default=None, metavar="FILE",
+                        help="where the training's output goes (default: a log file in the temp dir; - for the "
+                             "terminal)")
+    parser.add_argument("--connect-timeout", type=float, default=300.0, metavar="S",
+                        help="seconds to wait for the script to reach its first training step (default 300)")
+    add_session_options(parser)
+    parser.add_argument("script", help="the training script")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from msdebug_hooks.server.server import DebuggerServer
+    from msdebug_hooks.server.shell import run_session
+
+    script = Path(args.script)
+    if not script.is_file():
+        print(f"msdebug debug: error: script={args.script!r} is not allowed: an existing file", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    commands = read_commands(args)
+    if commands is False:
+        return EXIT_BAD_INPUT
+    env = dict(os.environ)
+    env.pop("ENABLE_MS_DEBUGGER", None)       # msdebug run attaches the debugger itself
+    if args.source:
+        env["MS_DEBUGGER_SOURCE"] = args.source
+    try:
+        server = DebuggerServer(port=args.port, host=args.host, log_reports=False).start()
+    except (ValueError, OSError) as exc:
+        print(f"msdebug debug: error: --port / --host: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    with server:
+        connect_host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+        command = [sys.executable, "-m", "msdebug_hooks", "run", "--host", connect_host, "--port", str(server.port),
+                   str(script), *args.args]
+        if args.output == "-":
+            log_path, out = None, None
+        else:
+            log_path = Path(args.output) if args.output else Path(tempfile.gettempdir()) / \
+                f"msdebug-debug-{os.getpid()}.log"
+            out = open(log_path, "w")
+        print(f"msdebug debug: {script} starts with the debugger at {server.address}"
+              f"{f'; its output goes to {log_path}' if log_path else ''}", flush=True)
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                   start_new_session=True)
+        try:
+            code = run_session(server, lambda: server.wait_for_training(timeout=args.connect_timeout,
+                                                                        process=process),
+                               commands=commands, process=process, output_log=log_path, timeout=args.timeout)
+            if code == EXIT_BAD_INPUT and log_path is not None and process.poll() is not None and \
+                    process.returncode != 0:
+                tail = log_path.read_text(errors="replace").splitlines()[-15:]
+                print("the training's last output lines:\n" + "\n".join(tail), flush=True)
+            return code
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(30)
+            if out is not None:
+                out.close()

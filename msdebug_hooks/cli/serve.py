@@ -1,0 +1,94 @@
+"""``msdebug serve [--port P] [--ranks N]``: a debugger server with a pdb-like prompt for trainings started
+elsewhere with ``ENABLE_MS_DEBUGGER=1 MS_DEBUGGER_HOST=<this host> MS_DEBUGGER_PORT=<P>`` (no MindInsight needed).
+
+``--ranks N`` also listens on P+1 ... P+N-1, for ``DistributedDebugger(ranks="all", port_per_rank=True)``: every rank
+connects, ``jobs`` lists them and ``job K`` switches. ``-c "cmd; cmd"`` or ``-x FILE`` runs commands without a
+prompt. Exit code: 0 no hit, 1 hits, 2 bad input or a training that could not be looked at.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Union
+
+from msdebug_hooks.cli import EXIT_BAD_INPUT
+
+
+def add_session_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-c", "--commands", dest="command_text", metavar="'CMD; CMD'",
+                       help="run these prompt commands (separated by ';') instead of the prompt, then end")
+    group.add_argument("-x", "--command-file", metavar="FILE",
+                       help="run the prompt commands in FILE (one per line, # comments) instead of the prompt")
+    parser.add_argument("--timeout", type=float, default=3600.0, metavar="S",
+                        help="longest wait of one command (continue, step) in seconds (default 3600)")
+
+
+def read_commands(args: argparse.Namespace) -> Union[None, bool, list[str]]:
+    """The commands of ``-c`` / ``-x`` (None: interactive; False: bad input, reported)."""
+    from msdebug_hooks.server.shell import split_commands
+
+    if args.command_text is not None:
+        text: Optional[str] = args.command_text
+    elif args.command_file is not None:
+        try:
+            with open(args.command_file, encoding="utf-8") as source:
+                text = source.read()
+        except OSError as exc:
+            print(f"msdebug {args.command}: error: --command-file={args.command_file!r} is not allowed: a readable "
+                  f"file ({exc.strerror})", file=sys.stderr)
+            return False
+    else:
+        return None
+    commands = split_commands(text)
+    if not commands:
+        print(f"msdebug {args.command}: error: no commands given (-c 'watch weight_overflow; continue')",
+              file=sys.stderr)
+        return False
+    return commands
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve", help="a debugger server with a prompt, for trainings started with ENABLE_MS_DEBUGGER=1",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--port", type=int, default=50051, help="port to listen on (default 50051, MindInsight's)")
+    parser.add_argument("--ranks", type=int, default=1, metavar="N",
+                        help="listen on N consecutive ports, one per rank (default 1)")
+    parser.add_argument("--connect-timeout", type=float, default=3600.0, metavar="S",
+                        help="seconds to wait for a training to connect (default 3600)")
+    add_session_options(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from msdebug_hooks.server.server import DebuggerServer
+    from msdebug_hooks.server.shell import run_session
+
+    if not 1 <= args.ranks <= 1024:
+        print(f"msdebug serve: error: --ranks={args.ranks} is not allowed: 1..1024", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not 1 <= args.port <= 65535 - args.ranks + 1:
+        print(f"msdebug serve: error: --port={args.port} is not allowed: 1..{65536 - args.ranks}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    commands = read_commands(args)
+    if commands is False:
+        return EXIT_BAD_INPUT
+    try:
+        server = DebuggerServer(port=args.port, host=args.host, ports=range(args.port + 1, args.port + args.ranks),
+                                log_reports=False).start()
+    except OSError as exc:
+        print(f"msdebug serve: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    with server:
+        ports = ",".join(map(str, server.ports))
+        print(f"msdebug serve: listening on {args.host}:{ports}; start the training with ENABLE_MS_DEBUGGER=1 "
+              f"MS_DEBUGGER_HOST={args.host} MS_DEBUGGER_PORT={args.port}", flush=True)
+        if args.ranks > 1:
+            def connect():
+                return server.wait_for_ranks(args.ranks, timeout=args.connect_timeout)
+        else:
+            def connect():
+                return server.wait_for_training(timeout=args.connect_timeout)
+        return run_session(server, connect, commands=commands, timeout=args.timeout)

@@ -1,0 +1,231 @@
+"""``DebuggerServer``: the server side of ``debugger.EventListener``, as a Python object a script drives.
+
+::
+
+    from msdebug_hooks.server import DebuggerServer
+    with DebuggerServer(port=0) as server:          # 0: a free port; server.port tells which
+        # start: ENABLE_MS_DEBUGGER=1 MS_DEBUGGER_HOST=127.0.0.1 MS_DEBUGGER_PORT=<server.port> python train.py
+        job = server.wait_for_training(timeout=120)  # suspended at step 0
+        job.watch("weight_overflow")
+        hits = job.run_until_hit(timeout=600)
+        values = job.tensor(hits[0].node.name)
+        job.terminate()
+
+Each client connection is a job with a handle of its own (``server.jobs``), so several trainings, or the ranks of
+one job (``DistributedDebugger(ranks="all", port_per_rank=True)`` with ``ports=range(P, P + n)``), are driven at
+once. Problems with clients (garbage, unknown callers, lost trainings) never stop the server: they are logged and
+kept in ``server.reports``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent import futures
+from typing import TYPE_CHECKING, Iterable, Optional
+
+import grpc
+
+from msdebug_hooks._log import get_logger
+from msdebug_hooks.server.errors import JobLost
+from msdebug_hooks.server.job import Job, JobState
+from msdebug_hooks.server.servicer import method_handlers
+
+if TYPE_CHECKING:
+    from msdebug_hooks.server.group import RankGroup
+
+__all__ = ["DebuggerServer", "MAX_MESSAGE_BYTES"]
+
+_LOG = get_logger("server")
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024      # gRPC's default, as MindInsight keeps it; clients send 3 MiB pieces
+_WATCHDOG_PERIOD = 1.0
+
+
+class DebuggerServer:
+    """A debugger server on ``host``:``port`` (0: a free port) and optionally more ``ports`` (one per rank).
+
+    Args:
+        port: the first port; 0 picks a free one (``server.port``).
+        host: the address to listen on (default loopback only; "0.0.0.0" for every interface).
+        ports: more ports to listen on, e.g. ``range(P + 1, P + n)`` for ranks connecting to ``port + rank``.
+        max_workers: gRPC worker threads per port; each suspended training holds one.
+        log_reports: also log every report (connects, losses, garbage) at INFO.
+    """
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1", *, ports: Iterable[int] = (), max_workers: int = 32,
+                 log_reports: bool = True) -> None:
+        ports = list(ports)
+        for name, value in (("port", port), *((f"ports[{i}]", p) for i, p in enumerate(ports))):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+                raise ValueError(f"{name}={value!r} is not allowed: an int 0..65535 (0: a free port)")
+        self.host = host
+        self.max_workers = max_workers
+        self.log_reports = log_reports
+        self.reports: list[str] = []
+        self._lock = threading.Condition()
+        self._jobs: list[Job] = []
+        self._by_peer: dict[tuple[int, str], Job] = {}
+        self._claimed: set[int] = set()
+        self._listeners: list[tuple[int, grpc.Server]] = []
+        self._closed = threading.Event()
+        self._watchdog: Optional[threading.Thread] = None
+        self._wanted = [port, *ports]
+        self._started = False
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+    def start(self) -> "DebuggerServer":
+        if self._started:
+            return self
+        self._started = True
+        try:
+            for port in self._wanted:
+                self.add_port(port)
+        except Exception:
+            self.close()
+            raise
+        self._watchdog = threading.Thread(target=self._watch, name="msdebug-server-watchdog", daemon=True)
+        self._watchdog.start()
+        return self
+
+    def add_port(self, port: int = 0) -> int:
+        """Listen on one more port (0: a free one); returns it."""
+        grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.max_workers,
+                                                             thread_name_prefix="msdebug-server"),
+                                  options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                           ("grpc.so_reuseport", 0)])
+        try:
+            bound = grpc_server.add_insecure_port(f"{self.host}:{port}")
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {self.host}:{port}: {exc}") from None
+        if not bound:
+            raise OSError(f"cannot listen on {self.host}:{port} (in use?)")
+        grpc_server.add_generic_rpc_handlers((method_handlers(self, bound),))
+        grpc_server.start()
+        with self._lock:
+            self._listeners.append((bound, grpc_server))
+        return bound
+
+    def close(self, grace: float = 1.0) -> None:
+        """Stop listening and release every thread; suspended trainings see the server gone (they run on)."""
+        self._closed.set()
+        with self._lock:
+            jobs, listeners = list(self._jobs), list(self._listeners)
+            self._listeners.clear()
+            self._lock.notify_all()
+        for job in jobs:
+            job.close()
+        for _, grpc_server in listeners:
+            grpc_server.stop(grace).wait()
+        if self._watchdog is not None and self._watchdog is not threading.current_thread():
+            self._watchdog.join(5)
+
+    def __enter__(self) -> "DebuggerServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- what a script uses -------------------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        """The first port listened on."""
+        return self._listeners[0][0] if self._listeners else 0
+
+    @property
+    def ports(self) -> list[int]:
+        return [port for port, _ in self._listeners]
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def jobs(self) -> list[Job]:
+        with self._lock:
+            return list(self._jobs)
+
+    def job(self, job_id: int) -> Job:
+        for job in self.jobs:
+            if job.id == job_id:
+                return job
+        raise KeyError(f"no job {job_id} (jobs: {', '.join(str(j.id) for j in self.jobs) or 'none'})")
+
+    def wait_for_training(self, timeout: float = 120.0, *, rank: Optional[int] = None,
+                          process=None) -> Job:
+        """Wait until a training (of ``rank``, if given) is suspended at its first suspension point and return
+        its job; each call returns a job not returned before. ``process`` (a ``Popen``) is watched: if it exits
+        first, ``JobLost`` says so instead of waiting out the timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                for job in self._jobs:
+                    if job.id in self._claimed or (rank is not None and job.rank != rank):
+                        continue
+                    if job.state is JobState.WAITING or (job.graph is not None and not job.alive):
+                        self._claimed.add(job.id)
+                        if process is not None:
+                            job.bind_process(process)
+                        return job
+                if process is not None and process.poll() is not None:
+                    raise JobLost(f"the training (pid {process.pid})",
+                                  f"it exited with code {process.returncode} before connecting to {self.address}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"no training{f' of rank {rank}' if rank is not None else ''} connected to "
+                        f"{self.host}:{','.join(map(str, self.ports))} within {timeout:g} s (start it with "
+                        f"ENABLE_MS_DEBUGGER=1 MS_DEBUGGER_HOST={self.host} MS_DEBUGGER_PORT={self.port})")
+                self._lock.wait(min(left, 0.1))
+
+    def wait_for_ranks(self, count: int, timeout: float = 180.0) -> "RankGroup":
+        """Wait for ``count`` ranks (0 .. count-1) of one multi-rank job and return them as a ``RankGroup``: driven
+        together, and held in lockstep at step ends so that a hit on one rank suspends every rank at that step."""
+        from msdebug_hooks.server.group import RankGroup
+
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"count={count!r} is not allowed: an int >= 1")
+        deadline = time.monotonic() + timeout
+        jobs = [self.wait_for_training(timeout=max(deadline - time.monotonic(), 0.0), rank=rank)
+                for rank in range(count)]
+        return RankGroup(jobs)
+
+    # -- called by the servicer ---------------------------------------------------------------------------------
+    def _report(self, message: str) -> None:
+        with self._lock:
+            self.reports.append(message)
+            self._lock.notify_all()
+        if self.log_reports:
+            _LOG.info("debugger server: %s", message)
+
+    def _job_for(self, peer: str, port: int, method: str, *, create: bool = False,
+                 quiet: bool = False) -> Optional[Job]:
+        """The job of this connection. ``SendMetadata`` (``create``) makes a new one (a second session on a known
+        connection is a new job too); any other call from an unknown connection is reported and refused: it never
+        reaches another training's job."""
+        key = (port, peer)
+        with self._lock:
+            job = self._by_peer.get(key)
+            if job is None and not create:
+                if not quiet:
+                    self._report(f"{peer}: {method} from a client that sent no metadata first; refused")
+                return None
+            if job is not None and not (create and job.graph is not None):
+                return job
+            previous = job
+            job = Job(len(self._jobs) + 1, peer, port, self._report)
+            self._jobs.append(job)
+            self._by_peer[key] = job
+            others = [j for j in self._jobs if j.alive and j is not job and j is not previous and j.port == port]
+            self._lock.notify_all()
+        if previous is not None:       # a second session on one connection: the first one is over
+            previous.end_session(f"the training started a new session on the same connection (job {job.id})")
+        note = f" ({len(others)} other job(s) on this port)" if others else ""
+        self._report(f"job {job.id} connected from {peer} on port {port}{note}")
+        return job
+
+    def _watch(self) -> None:
+        while not self._closed.wait(_WATCHDOG_PERIOD):
+            now = time.monotonic()
+            for job in self.jobs:
+                job.check_heartbeat(now)
+            with self._lock:
+                self._lock.notify_all()

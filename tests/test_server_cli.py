@@ -1,0 +1,163 @@
+"""Issue 13 acceptance, the terminal debugger: ``msdebug debug`` driven through a pseudo-terminal (pexpect) as a
+person types, Ctrl-C pausing a running job; ``-c`` / command-file mode in a subprocess with its exit codes (1 on
+hits, 0 without, 2 on bad input); ``msdebug serve`` for a training started elsewhere. Real CPU trainings.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pexpect
+import pytest
+
+from conftest import EXAMPLES, ROOT, fresh_env
+from mindinsight_server import free_port
+from server_training import PLAIN, training
+
+pytestmark = [pytest.mark.timeout(300)]
+
+PROMPT = r"\(msdebug job 1 step (\d+) (\w+)\) "
+
+
+def _env() -> dict:
+    env = fresh_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), str(ROOT)])
+    env.pop("ENABLE_MS_DEBUGGER", None)
+    return env
+
+
+def _msdebug(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "msdebug_hooks", *args], env=_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.mindspore
+def test_prompt_through_a_terminal_lists_watches_steps_views_pauses_on_ctrl_c_and_terminates(tmp_path):
+    log = tmp_path / "steps.log"
+    child = pexpect.spawn(sys.executable, ["-m", "msdebug_hooks", "debug", "--output", str(tmp_path / "out.txt"),
+                                           str(PLAIN), "--batches", "3000", "--log", str(log)],
+                          env=_env(), cwd=str(tmp_path), encoding="utf-8", timeout=120, dimensions=(50, 200))
+    try:
+        child.expect(PROMPT)
+        assert child.match.groups() == ("0", "waiting")
+        child.sendline("nodes fc1 weight")
+        child.expect("fc1-Dense/fc1.weight")
+        child.expect(r"2 node\(s\)")
+        child.expect(PROMPT)
+        child.sendline("watch weight_overflow")
+        child.expect(r"watchpoint 1: weight_overflow on 8 node\(s\)")
+        child.expect(PROMPT)
+        child.sendline("step 2")
+        child.expect(PROMPT)
+        assert child.match.groups() == ("2", "waiting")
+        child.sendline("tensor fc3.bias previous")
+        child.expect(r"fc3.bias \(previous, step 2\): float32 \[10\]")
+        child.expect(PROMPT)
+        child.sendline("stats fc1.weight")
+        child.expect(r"count\s+48000")
+        child.expect(PROMPT)
+        child.sendline("continue")
+        deadline = time.monotonic() + 120
+        while (log.read_text().count("step ") if log.exists() else 0) < 6:   # it really runs on
+            assert time.monotonic() < deadline, "the training did not run on after continue"
+            time.sleep(0.1)
+        child.sendintr()                                                      # Ctrl-C: pause
+        child.expect("pausing at the next step end")
+        child.expect(r"job 1 waiting at step (\d+)")
+        paused = int(child.match.group(1))
+        child.expect(PROMPT)
+        assert int(child.match.group(1)) == paused > 2
+        child.sendline("hits")
+        child.expect("no hits")
+        child.expect(PROMPT)
+        steps_now = log.read_text().count("step ")
+        assert steps_now in (paused - 1, paused)       # held at the step it reported (its own hook may run after ours)
+        child.sendline("bogus")
+        child.expect(r"\*\*\* unknown command 'bogus'")
+        child.expect(PROMPT)
+        child.sendline("terminate")
+        child.expect("job 1 terminated")
+        child.expect("training exited with code 0")
+        child.sendline("quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert log.read_text().splitlines()[-1] == "end" and log.read_text().count("step ") == paused
+    assert child.exitstatus == 2          # 'bogus' was bad input; no hit
+
+
+@pytest.mark.mindspore
+def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
+    hit = _msdebug("debug", "-c", "watch weight_overflow *; continue", str(PLAIN), "--nan-batch", "2",
+                   "--batches", "8")
+    assert hit.returncode == 1, hit.stdout + hit.stderr
+    assert "job 1 waiting at step 3" in hit.stdout
+    (row,) = [line for line in hit.stdout.splitlines() if "conv1.weight" in line and "weight_overflow" in line]
+    assert row.split()[:2] == ["3", "0"]                                      # step 3, rank 0
+    assert "training exited with code 0" in hit.stdout
+
+    clean = _msdebug("debug", "-c", "watch weight_overflow; continue; hits", str(PLAIN), "--batches", "4")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "job 1 finished" in clean.stdout and "no hits" in clean.stdout
+
+    script = tmp_path / "commands.txt"
+    script.write_text("# a typo in the condition\nwatch weight_overflw\ncontinue\n")
+    bad = _msdebug("debug", "-x", str(script), str(PLAIN), "--batches", "4")
+    assert bad.returncode == 2
+    assert "condition='weight_overflw' is not allowed" in bad.stdout and "(msdebug job 1 step 0 waiting) continue" \
+        not in bad.stdout                                                     # stopped at the bad command
+    assert "training exited with code 0" in bad.stdout                        # and ended the training cleanly
+
+    missing = _msdebug("debug", "-c", "continue", str(tmp_path / "nope.py"))
+    assert missing.returncode == 2 and "script=" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.mark.mindspore
+def test_serve_drives_a_training_started_elsewhere(tmp_path):
+    port = free_port()
+    serve = subprocess.Popen([sys.executable, "-m", "msdebug_hooks", "serve", "--port", str(port), "-c",
+                              "watch weight_overflow; step 1; continue; stats conv1.weight"],
+                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert f"listening on 127.0.0.1:{port}" in serve.stdout.readline()
+        with training(tmp_path, port, "--nan-batch", "3") as run:
+            out, _ = serve.communicate(timeout=240)
+            assert serve.returncode == 1, out
+            assert run.proc.wait(60) == 0 and run.lines()[-1] == "end" and run.steps() == 4
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait(30)
+    assert "job 1 waiting at step 4" in out and "nan " in out
+
+
+def test_serve_and_debug_refuse_a_port_in_use_and_bad_values_with_exit_2():
+    from msdebug_hooks.server import DebuggerServer
+
+    with DebuggerServer(port=0, log_reports=False) as taken:
+        port = taken.port
+        busy = _msdebug("serve", "--port", str(port), "-c", "status", timeout=60)
+    assert busy.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    assert "Traceback" not in busy.stderr
+    for args, message in ((("serve", "--port", "0"), "--port=0 is not allowed"),
+                          (("serve", "--ranks", "0"), "--ranks=0 is not allowed"),
+                          (("debug", "--port", "70000", str(PLAIN)), "port=70000 is not allowed"),
+                          (("serve", "-x", "/nonexistent/commands.txt"), "--command-file='/nonexistent/commands.txt'"),
+                          (("serve", "-c", " ; "), "no commands given")):
+        proc = _msdebug(*args, timeout=60)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+@pytest.mark.mindspore
+def test_command_mode_with_the_dump_source_names_the_first_nan_operator_and_its_line():
+    proc = _msdebug("debug", "--source", "dump", "-c", "watch tensor_overflow *; continue; source Sqrt-op0",
+                    str(EXAMPLES / "debug_first_nan.py"), "--train")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if "tensor_overflow" in line and
+            not line.startswith(("(msdebug", "watchpoint"))]
+    operators = [row for row in rows if "Parameter" not in row and not row[2].endswith((".weight", ".bias"))]
+    assert operators[0][:2] == ["3", "0"] and operators[0][2].endswith("scale-SqrtScale/Sqrt-op0")
+    assert operators[0][-1].startswith("find_first_nan.py:")                 # the source column
+    assert "> " + str(EXAMPLES / "find_first_nan.py") in proc.stdout and "return ops.sqrt(x + 1.0)" in proc.stdout
