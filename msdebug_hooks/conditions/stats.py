@@ -393,6 +393,16 @@ def _chunks(flat: np.ndarray, kind: str, chunk: int, work: np.dtype) -> Iterable
             yield out
 
 
+def checked_statistic_names(needed: Collection[str]) -> frozenset[str]:
+    """``needed`` as a frozenset, or a ``ConfigError`` naming the unknown statistic names."""
+    needed = frozenset(needed)
+    unknown = needed - ALL_STATISTICS
+    if unknown:
+        from msdebug_hooks.errors import ConfigError
+        raise ConfigError("needed", sorted(unknown), f"statistic names from {sorted(ALL_STATISTICS)}")
+    return needed
+
+
 def compute_statistics(value: Any, previous: Any = None, needed: Collection[str] = BASIC_STATISTICS, *,
                        ranges: Iterable[tuple[float, float]] = (),
                        allclose_tolerances: Iterable[tuple[float, float]] = (),
@@ -407,11 +417,7 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
     >>> compute_statistics(np.array([1.0, -2.0, 0.0])).abs_mean
     1.0
     """
-    needed = frozenset(needed)
-    unknown = needed - ALL_STATISTICS
-    if unknown:
-        from msdebug_hooks.errors import ConfigError
-        raise ConfigError("needed", sorted(unknown), f"statistic names from {sorted(ALL_STATISTICS)}")
+    needed = checked_statistic_names(needed)
     ranges = tuple((float(a), float(b)) for a, b in ranges)
     tolerances = tuple((float(r), float(a)) for r, a in allclose_tolerances)
     flat, kind = _flat(value, bfloat16=bfloat16)
@@ -423,7 +429,9 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
         prev_flat, prev_kind = _flat(previous, bfloat16=bfloat16)
     wants_previous = UPDATE_RATIO in needed or bool(tolerances)
     pair_previous = has_previous and wants_previous and prev_flat.shape[0] == n
-    if n <= SMALL_TENSOR and kind in ("f4", "conv4"):
+    if n <= SMALL_TENSOR and kind in ("f4", "conv4", "bf16"):
+        if kind == "bf16":
+            flat = bfloat16_to_float32(flat)
         kind = "conv8"  # small tensors: float64 sums, agreeing with the C++ double loop to rounding
     work = _work_dtype(kind)
     chunk = max(1024, chunk_bytes // work.itemsize)
