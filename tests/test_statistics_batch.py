@@ -106,3 +106,22 @@ def test_bad_arguments_are_named():
         compute_statistics_batch([np.zeros(2)], needed={"median"})
     with pytest.raises(st.UnsupportedDtypeError):
         compute_statistics_batch([np.zeros(2, np.complex64)])
+
+
+def test_check_tensors_agrees_with_check_many_tensor_by_tensor():
+    from msdebug_hooks.conditions import (TensorChangeAboveThresholdCondition, TensorOverflowCondition,
+                                          TensorRangeCondition, TensorTooLargeCondition, TensorUnchangedCondition,
+                                          check_many, check_tensors)
+
+    rng = np.random.default_rng(11)
+    values = [_random_tensor(rng, dtype, size, specials=size == 7) for dtype in ("float32", "float16", "int32")
+              for size in (0, 1, 7, 500, st.SMALL_TENSOR + 1)]
+    previous = [v if i % 3 else None for i, v in enumerate(values)]
+    conditions = [TensorOverflowCondition(), TensorTooLargeCondition(abs_mean_gt=0.5), TensorTooLargeCondition(max_gt=1.0),
+                  TensorRangeCondition(range_start_inclusive=-0.5, range_end_inclusive=0.5,
+                                       range_percentage_gt=20.0),
+                  TensorUnchangedCondition(), TensorChangeAboveThresholdCondition(abs_mean_update_ratio_gt=0.1)]
+    batched = check_tensors(conditions, values, previous)
+    assert batched == [check_many(conditions, v, p) for v, p in zip(values, previous)]
+    with_complex = check_tensors(conditions, [values[2], np.zeros(3, np.complex64)])   # falls back, notes the dtype
+    assert with_complex[0] == check_many(conditions, values[2]) and "not analysed" in with_complex[1][1].note

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from msdebug_hooks.conditions import stats as st
+from msdebug_hooks.conditions.batch import compute_statistics_batch
 from msdebug_hooks.conditions.conditions import Condition, ConditionResult, OperatorOverflowCondition, ParamResult
 from msdebug_hooks.errors import ConfigError
 
@@ -63,12 +64,25 @@ def check_many(conditions: Sequence[Condition], value: Any, previous: Any = None
 
 def check_tensors(conditions: Sequence[Condition], tensors: Iterable[Any],
                   previous: Iterable[Any] | None = None) -> list[list[ConditionResult]]:
-    """``check_many`` over many tensors (e.g. a step's dump): one result list per tensor, in order."""
-    prev_iter = iter(previous) if previous is not None else None
-    out = []
-    for value in tensors:
-        out.append(check_many(conditions, value, next(prev_iter) if prev_iter is not None else None))
-    return out
+    """``check_many`` over many tensors (e.g. a step's parameters): one result list per tensor, in order.
+
+    The statistics of all tensors are computed together (``batch.compute_statistics_batch``: one numpy call per
+    statistic for every small tensor), which is what makes a step of many small tensors cheap.
+    """
+    values = list(tensors)
+    prevs = list(previous) if previous is not None else [None] * len(values)
+    active = [c for c in conditions if not isinstance(c, OperatorOverflowCondition)]
+    if not active or any(not isinstance(c, Condition) for c in conditions):
+        return [check_many(conditions, v, p) for v, p in zip(values, prevs)]   # check_many names a bad condition
+    need, ranges, tolerances = statistics_plan(active)
+    wants_previous = any(c.needs_previous for c in active)
+    try:
+        all_stats = compute_statistics_batch(values, prevs if wants_previous else None, need, ranges=ranges,
+                                             allclose_tolerances=tolerances)
+    except st.UnsupportedDtypeError:   # one tensor the engine does not analyse: each gets its own note
+        return [check_many(conditions, v, p) for v, p in zip(values, prevs)]
+    return [[c.evaluate(None) if isinstance(c, OperatorOverflowCondition) else c.evaluate(stats) for c in conditions]
+            for stats in all_stats]
 
 
 __all__ = ["check_many", "check_tensors", "statistics_plan"]
