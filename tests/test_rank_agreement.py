@@ -90,7 +90,7 @@ def test_support_device_missing_this_device_warns_that_it_is_not_a_rank_list(cle
 def test_agreed_callbacks_on_one_rank_stop_at_once_without_any_collective(clean_env):
     from lenet import make_dataset, make_model
     from msdebug_hooks import LossGuard, StopAtStep, StopAtTime
-    from msdebug_hooks.callbacks._agreement import collectives_called
+    from msdebug_hooks.stop_agreement import collectives_called
 
     model, _ = make_model()
     guard, stop = LossGuard(), StopAtStep(3)
@@ -104,7 +104,7 @@ def test_several_ranks_without_init_stop_alone_and_say_it_may_hang(clean_env):
     from _recording import LogCapture
     from lenet import make_dataset, make_model
     from msdebug_hooks import StopAtStep
-    from msdebug_hooks.callbacks._agreement import collectives_called
+    from msdebug_hooks.stop_agreement import collectives_called
 
     clean_env.setenv("RANK_SIZE", "2")                # launched as 2 ranks, but init() never ran
     model, _ = make_model()
@@ -119,7 +119,7 @@ def test_several_ranks_without_init_stop_alone_and_say_it_may_hang(clean_env):
 def test_agreed_callbacks_cannot_skip_the_agreement_point():
     from mindspore.train import Callback
 
-    from msdebug_hooks.callbacks._agreement import AgreedStop
+    from msdebug_hooks.stop_agreement import AgreedStop
 
     with pytest.raises(TypeError, match="_train_step_end instead"):
         class Bad(AgreedStop, Callback):  # noqa: F841 - the class statement itself must fail

@@ -17,8 +17,8 @@ from typing import Any, Optional, Union
 from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.callbacks._agreement import AgreedStop, StopDecision
-from msdebug_hooks.callbacks._common import format_loss, overflow_flag, request_stop, step_loss
+from msdebug_hooks.stop_agreement import AgreedStop, StopDecision
+from msdebug_hooks.training_loop import format_loss, overflow_flag, request_stop, step_loss
 from msdebug_hooks.callbacks.stop_at_step import StopAtStep
 from msdebug_hooks.conditions import TensorOverflowCondition
 from msdebug_hooks.errors import ConfigError
@@ -68,7 +68,7 @@ class LossGuard(AgreedStop, Callback):
 
     The per-step check itself is one Python float test on a loss read once per step with ``.item()`` (cached on
     ``cb_params`` and shared with ``StopAtTime`` / ``StopAtStep``). In a multi-rank job each rank checks its own loss
-    and the ranks agree after every step (``callbacks/_agreement.py``: one tiny all-reduce per step for all of our
+    and the ranks agree after every step (``stop_agreement.py``: one tiny all-reduce per step for all of our
     callbacks together): a NaN seen by rank 1 alone stops every rank after that same step, and on every rank the
     guard records ``failed_step`` and ``failed_ranks`` (the ranks whose loss was bad at that step, e.g. ``[1]``),
     names them in its messages, saves its last good parameters and, with ``raise_error=True``, raises.

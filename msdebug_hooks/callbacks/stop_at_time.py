@@ -9,8 +9,8 @@ from typing import Any, Mapping, Optional, Union
 from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.callbacks._agreement import AgreedStop, StopDecision
-from msdebug_hooks.callbacks._common import format_loss, request_stop, step_loss
+from msdebug_hooks.stop_agreement import AgreedStop, StopDecision
+from msdebug_hooks.training_loop import format_loss, request_stop, step_loss
 from msdebug_hooks.errors import ConfigError
 
 _LOG = get_logger("callbacks.stop_at_time")
@@ -72,7 +72,7 @@ class StopAtTime(AgreedStop, Callback):
 
     In a multi-rank job each rank reads its own clock and the first rank out of time asks all to stop: the ranks
     agree after every step (one tiny all-reduce per step for all of our callbacks together, see
-    ``callbacks/_agreement.py``), so every rank stops after the same step, even when they run at different speeds.
+    ``stop_agreement.py``), so every rank stops after the same step, even when they run at different speeds.
     ``stopped_step`` is then set on every rank.
 
     Args:
