@@ -157,3 +157,23 @@ def test_env_activation_in_a_multi_rank_job_attaches_the_distributed_debugger(cl
     clean_env.setenv("RANK_SIZE", "2")
     multi, = _debugger_from_env()
     assert type(multi) is DistributedDebugger and multi.port == 15051 and multi.connects(0) and not multi.connects(1)
+
+
+def test_stop_votes_travel_as_data_and_always_parse_back():
+    from msdebug_hooks.stop_agreement import REASON_BYTES, StopDecision, StopVote, decode_votes, encode_votes
+
+    votes = [StopVote(1, "LossGuard", "loss is nan: the forward pass broke", 2, 7), StopVote(1, "", "free text: x")]
+    data = encode_votes(votes)
+    assert decode_votes(1, data) == votes          # a colon in a reason is data, not a separator
+    assert votes[0].describe() == "LossGuard: loss is nan: the forward pass broke at epoch 2, step 7"
+    assert votes[1].describe() == "free text: x"   # an unnamed vote is said as written
+    decision = StopDecision(7, 2, 2, tuple(votes))
+    assert decision.by("LossGuard") == (votes[0],) and decision.ranks("LossGuard") == [1]
+    assert decision.describe().startswith("rank 1: LossGuard: loss is nan")
+
+    many = [StopVote(0, "StopAtTime", "é" * 2000, 1, 3)] + [StopVote(0, f"Cb{i}", "r" * 50, 1, 3) for i in range(40)]
+    squeezed = encode_votes(many)
+    assert len(squeezed) <= REASON_BYTES
+    back = decode_votes(0, squeezed)
+    assert back and back[0].source == "StopAtTime" and back[0].reason.endswith("...")
+    assert decode_votes(3, b"not json")[0].reason.startswith("unreadable stop vote")

@@ -224,9 +224,8 @@ class BestCheckpoint(AgreedStop, Callback):
         self._stale += 1
         if self._patience is not None and self._stale >= self._patience:
             request_stop(run_context, _LOG,
-                         f"BestCheckpoint: {self.monitor} did not improve on {self._best} by more than "
-                         f"{self.min_delta} for {self._stale} evaluations (patience={self._patience}); "
-                         f"last evaluation at epoch {epoch} step {step}", source=self)
+                         f"{self.monitor} did not improve on {self._best} by more than "
+                         f"{self.min_delta} for {self._stale} evaluations (patience={self._patience})", source=self)
 
     @staticmethod
     def _non_finite_weights(cb_params: Any) -> list:

@@ -81,7 +81,5 @@ class StopAtStep(AgreedStop, Callback):
         if current < self.step or self.stopped_step is not None:
             return
         self.stopped_step = int(current)
-        where = f"step {current}" if current == self.step else f"step {current} (first step at or after {self.step})"
-        request_stop(run_context, _LOG,
-                     f"StopAtStep: reached {where} at epoch {cb_params.cur_epoch_num}, "
-                     f"loss {format_loss(step_loss(cb_params))}", source=self)
+        where = f"step {current}" if current == self.step else f"the first step at or after {self.step}"
+        request_stop(run_context, _LOG, f"reached {where}, loss {format_loss(step_loss(cb_params))}", source=self)

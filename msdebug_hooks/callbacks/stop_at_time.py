@@ -131,7 +131,7 @@ class StopAtTime(AgreedStop, Callback):
         if self.time_remaining() <= 0:
             self._voted = True
             request_stop(run_context, _LOG,
-                         f"StopAtTime: the time budget of {_hms(self.run_time)} was already used up before this run "
+                         f"the time budget of {_hms(self.run_time)} was already used up before this run "
                          f"started ({_hms(self.time_elapsed())} restored); MindSpore stops after the first step",
                          source=self)
 
@@ -145,8 +145,7 @@ class StopAtTime(AgreedStop, Callback):
         cb_params = run_context.original_args()
         self._voted = True
         request_stop(run_context, _LOG,
-                     f"StopAtTime: time budget {_hms(self.run_time)} used up after {_hms(self.time_elapsed())} "
-                     f"at epoch {cb_params.cur_epoch_num}, step {cb_params.cur_step_num}, "
+                     f"time budget {_hms(self.run_time)} used up after {_hms(self.time_elapsed())}, "
                      f"loss {format_loss(step_loss(cb_params))}", source=self)
 
     def on_agreed_stop(self, run_context: Any, decision: StopDecision) -> None:

@@ -190,13 +190,13 @@ class WeightMonitor(AgreedStop, Callback):
         if self.on_problem == "warn":
             return
         summary = "; ".join(_describe(p) for p in found)
-        request_stop(run_context, _LOG, f"WeightMonitor at step {found[0].step}: {summary}", source=self)
+        request_stop(run_context, _LOG, summary, source=self)
 
     def on_agreed_stop(self, run_context: Any, decision: StopDecision) -> None:
         """With ``on_problem="raise"``: raise on every rank once the ranks agreed to stop on a weight problem."""
         votes = decision.by(type(self).__name__)
         if self.on_problem == "raise" and votes:
-            raise WeightProblemError("; ".join(f"rank {v.rank}: {v.reason}" for v in votes))
+            raise WeightProblemError("; ".join(f"rank {v.rank}: {v.describe()}" for v in votes))
 
 
 _DESCRIBE = {
