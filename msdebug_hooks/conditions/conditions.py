@@ -23,21 +23,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
 from msdebug_hooks.conditions import stats as st
+from msdebug_hooks.conditions.error_codes import ERROR_INF, ERROR_NAN, ERROR_NO_PREVIOUS, error_list
 from msdebug_hooks.conditions.params import CHECK, HIDDEN, OPERATORS, SUPPORT, ParamSpec, validate_params
 from msdebug_hooks.errors import ConfigError
 
-ERROR_NAN = 1
-ERROR_INF = 2
-ERROR_NO_PREVIOUS = 4
-#: bit -> the MindInsight UI's name for it (``watchpoint_handler.py:_get_error_list``) and a sentence
-ERROR_TEXTS = {ERROR_NAN: ("nan", "Tensor contains NaN."),
-               ERROR_INF: ("inf", "A tensor contains +/-INF."),
-               ERROR_NO_PREVIOUS: ("no_prev_tensor", "The previous step value cannot be found.")}
-
-
-def error_list(error_code: int) -> list[str]:
-    """``3`` -> ``["nan", "inf"]``, as MindInsight shows it."""
-    return [short for bit, (short, _) in ERROR_TEXTS.items() if error_code & bit]
 
 
 @dataclass(frozen=True)
