@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from msdebug_hooks.callbacks._common import loss_value
+from msdebug_hooks.training_loop import loss_value
 from msdebug_hooks.debugger.graph import build_graph
 from msdebug_hooks.debugger.session import Decision, DebuggerSession
 from msdebug_hooks.debugger.tensors import NetworkTensors

@@ -54,11 +54,6 @@ def _stem(flat: str) -> str:
     return _OP_SUFFIX.sub("", flat)
 
 
-def _op_number(flat: str) -> int:
-    match = re.search(r"-op(\d+)$", flat)
-    return int(match[1]) if match else -1
-
-
 class GraphIndex:
     """Nodes of every (rank, graph) and a per-iteration-directory lookup of their files."""
 
@@ -156,12 +151,6 @@ class GraphIndex:
     # ---- queries ----------------------------------------------------------------------------------------------
     def node(self, rank: int, graph_name: str, name: str) -> Optional[NodeInfo]:
         return self.nodes.get((rank, graph_name, name))
-
-    def graph_id_of(self, rank: int, graph_name: str) -> Optional[int]:
-        for (r, g), gname in self.graph_names.items():
-            if r == rank and gname == graph_name:
-                return g
-        return None
 
     def _dir_lookup(self, rank: int, graph_id: int, iteration: Optional[int]) -> dict:
         with self._lock:          # checker threads look files up concurrently
