@@ -13,7 +13,8 @@ The three commands (MindInsight 2.3.1 lives in its own venv: it needs protobuf 3
 
 Training stops at step 0 until you press CONTINUE (or OK with a number of steps) in the UI; set watchpoints first.
 ``--frozen fc3`` freezes a layer (try "weight not changed"), ``--nan-batch 20`` poisons a batch (try "weight
-overflow"). Without a debugger server the script trains to the end after one warning.
+overflow"; LossMonitor then ends the script at the step whose loss is NaN/Inf, after the debugger paused there).
+Without a debugger server the script trains to the end after one warning.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> int:
+    import mindspore as ms
     from mindspore import nn
     from mindspore.train import LossMonitor, Model
 
@@ -35,9 +37,11 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=200, help="batches (steps) per epoch")
     parser.add_argument("--frozen", nargs="*", default=[], help="layers to freeze, e.g. fc3")
     parser.add_argument("--nan-batch", type=int, default=None, help="0-based batch that gets a NaN/Inf input")
+    parser.add_argument("--seed", type=int, default=1, help="MindSpore's seed for the initial weights")
     args = parser.parse_args()
 
-    network = make_lenet()
+    ms.set_seed(args.seed)   # the same run every time: on the CPU, ReLU turns NaN into 0, so whether a poisoned
+    network = make_lenet()   # batch makes later losses NaN too depends on the initial weights
     for layer in args.frozen:
         for param in getattr(network, layer).get_parameters():
             param.requires_grad = False

@@ -132,11 +132,13 @@ def test_dump_source_pauses_at_the_inf_step_before_loss_monitor_ends_the_script(
 
 HAND_PLACED = """
 import sys
+import mindspore as ms
 from mindspore import nn
 from mindspore.train import LossMonitor, Model
 from lenet import make_dataset, make_lenet
 from msdebug_hooks import DebuggerCallback
 
+ms.set_seed(1)   # initial weights whose poisoned step has an Inf loss (CPU ReLU maps NaN to 0: not every init does)
 net = make_lenet()
 model = Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
               nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9))
