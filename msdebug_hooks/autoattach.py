@@ -79,7 +79,7 @@ def _debugger_from_env() -> Sequence[Any]:
     from msdebug_hooks.rank import world_size
 
     if world_size() > 1:   # msrun job: rank 0 connects, the other ranks follow (MindInsight serves one device)
-        from msdebug_hooks.callbacks.distributed_debugger import DistributedDebugger
+        from msdebug_hooks.debugger.distributed import DistributedDebugger
 
         return [DistributedDebugger.from_env()]
     from msdebug_hooks.debugger.callback import DebuggerCallback  # imports mindspore: only at training time

@@ -1,6 +1,7 @@
 """Online debugger client speaking MindInsight's ``debugger.EventListener`` gRPC protocol.
 
-Modules, one job each: ``callback`` (``DebuggerCallback``: MindSpore's hooks -> the session), ``settings``
+Modules, one job each: ``callback`` (``DebuggerCallback``: MindSpore's hooks -> the session), ``distributed``
+(``DistributedDebugger``: the debugger in a multi-rank job), ``settings``
 (``ENABLE_MS_DEBUGGER`` / ``MS_DEBUGGER_*`` and argument checks), ``session`` (what each server command means: the
 state machine), ``transport`` (channel, deadlines, 3 MiB chunking, error mapping), ``graph`` (network ->
 ``GraphProto``), ``tensors`` (values from the live network), ``views`` (answers to tensor requests), ``heartbeat``
