@@ -21,7 +21,7 @@ _EXPORTS = {
     "RankGroup": "msdebug_hooks.server.group",
     "Node": "msdebug_hooks.server.graph",
     "Hit": "msdebug_hooks.server.hits",
-    "Watchpoint": "msdebug_hooks.server.hits",
+    "ServerWatchpoint": "msdebug_hooks.server.hits",
     "TensorStats": "msdebug_hooks.server.tensors",
     "JobError": "msdebug_hooks.server.errors",
     "JobLost": "msdebug_hooks.server.errors",
