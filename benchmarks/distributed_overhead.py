@@ -6,7 +6,7 @@ first:
 
 * ``plain``: no callbacks;
 * ``guards, agreed``: ``StopAtTime + StopAtStep + LossGuard`` (never firing) as shipped: one all-reduce of one
-  float32 per step for the three together (``callbacks/_agreement.py``);
+  float32 per step for the three together (``stop_agreement.py``);
 * ``guards, local``: the same callbacks with the agreement switched off in this benchmark process (each rank decides
   alone, as before the agreement existed; a real job must not run like this).
 
@@ -49,7 +49,7 @@ def worker(rounds: int, steps: int) -> int:
 
     from lenet import make_dataset, make_model
     from msdebug_hooks import LossGuard, StopAtStep, StopAtTime
-    from msdebug_hooks.callbacks import _agreement
+    from msdebug_hooks import stop_agreement as _agreement
     from msdebug_hooks.rank import rank_id, world_size
 
     ms.set_context(mode=ms.GRAPH_MODE)

@@ -55,7 +55,7 @@ _EXPORTS = {
     "LossGuardError": "msdebug_hooks.callbacks.loss_guard",
     "BestCheckpoint": "msdebug_hooks.callbacks.best_checkpoint",
     "WeightMonitor": "msdebug_hooks.callbacks.weight_monitor",
-    "DebugSession": "msdebug_hooks.callbacks.session",
+    "DebugSession": "msdebug_hooks.callbacks.custom_loop",
     # checkpoint-file checks (numpy; MindSpore imported when a file is loaded)
     "compare_checkpoints": "msdebug_hooks.ckpt",
     "scan_checkpoint": "msdebug_hooks.ckpt",

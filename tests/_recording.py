@@ -6,7 +6,7 @@ import time
 
 from mindspore.train import Callback
 
-from msdebug_hooks.callbacks._common import loss_value
+from msdebug_hooks.training_loop import loss_value
 
 
 class Recorder(Callback):

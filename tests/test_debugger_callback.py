@@ -216,7 +216,7 @@ def test_debug_session_loop_under_the_debugger(tmp_path):
     from mindspore.train import Callback
 
     from lenet import make_lenet, synthetic_batches
-    from msdebug_hooks.callbacks.session import DebugSession
+    from msdebug_hooks.callbacks.custom_loop import DebugSession
     from msdebug_hooks.debugger.callback import DebuggerCallback
 
     ms.set_seed(1)

@@ -90,7 +90,7 @@ def test_support_device_missing_this_device_warns_that_it_is_not_a_rank_list(cle
 def test_agreed_callbacks_on_one_rank_stop_at_once_without_any_collective(clean_env):
     from lenet import make_dataset, make_model
     from msdebug_hooks import LossGuard, StopAtStep, StopAtTime
-    from msdebug_hooks.callbacks._agreement import collectives_called
+    from msdebug_hooks.stop_agreement import collectives_called
 
     model, _ = make_model()
     guard, stop = LossGuard(), StopAtStep(3)
@@ -104,7 +104,7 @@ def test_several_ranks_without_init_stop_alone_and_say_it_may_hang(clean_env):
     from _recording import LogCapture
     from lenet import make_dataset, make_model
     from msdebug_hooks import StopAtStep
-    from msdebug_hooks.callbacks._agreement import collectives_called
+    from msdebug_hooks.stop_agreement import collectives_called
 
     clean_env.setenv("RANK_SIZE", "2")                # launched as 2 ranks, but init() never ran
     model, _ = make_model()
@@ -119,7 +119,7 @@ def test_several_ranks_without_init_stop_alone_and_say_it_may_hang(clean_env):
 def test_agreed_callbacks_cannot_skip_the_agreement_point():
     from mindspore.train import Callback
 
-    from msdebug_hooks.callbacks._agreement import AgreedStop
+    from msdebug_hooks.stop_agreement import AgreedStop
 
     with pytest.raises(TypeError, match="_train_step_end instead"):
         class Bad(AgreedStop, Callback):  # noqa: F841 - the class statement itself must fail
@@ -157,3 +157,23 @@ def test_env_activation_in_a_multi_rank_job_attaches_the_distributed_debugger(cl
     clean_env.setenv("RANK_SIZE", "2")
     multi, = _debugger_from_env()
     assert type(multi) is DistributedDebugger and multi.port == 15051 and multi.connects(0) and not multi.connects(1)
+
+
+def test_stop_votes_travel_as_data_and_always_parse_back():
+    from msdebug_hooks.stop_agreement import REASON_BYTES, StopDecision, StopVote, decode_votes, encode_votes
+
+    votes = [StopVote(1, "LossGuard", "loss is nan: the forward pass broke", 2, 7), StopVote(1, "", "free text: x")]
+    data = encode_votes(votes)
+    assert decode_votes(1, data) == votes          # a colon in a reason is data, not a separator
+    assert votes[0].describe() == "LossGuard: loss is nan: the forward pass broke at epoch 2, step 7"
+    assert votes[1].describe() == "free text: x"   # an unnamed vote is said as written
+    decision = StopDecision(7, 2, 2, tuple(votes))
+    assert decision.by("LossGuard") == (votes[0],) and decision.ranks("LossGuard") == [1]
+    assert decision.describe().startswith("rank 1: LossGuard: loss is nan")
+
+    many = [StopVote(0, "StopAtTime", "é" * 2000, 1, 3)] + [StopVote(0, f"Cb{i}", "r" * 50, 1, 3) for i in range(40)]
+    squeezed = encode_votes(many)
+    assert len(squeezed) <= REASON_BYTES
+    back = decode_votes(0, squeezed)
+    assert back and back[0].source == "StopAtTime" and back[0].reason.endswith("...")
+    assert decode_votes(3, b"not json")[0].reason.startswith("unreadable stop vote")

@@ -57,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from msdebug_hooks import DistributedDebugger, DumpConfig, LossGuard, StopAtStep, StopAtTime
-    from msdebug_hooks.callbacks._agreement import collectives_called
+    from msdebug_hooks.stop_agreement import collectives_called
     from msdebug_hooks.rank import is_scheduler, rank_id, world_size
 
     if args.dump:

@@ -18,8 +18,8 @@ from typing import Any, Callable, Mapping, Optional, Union
 from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.callbacks._agreement import AgreedStop
-from msdebug_hooks.callbacks._common import request_stop
+from msdebug_hooks.stop_agreement import AgreedStop
+from msdebug_hooks.training_loop import request_stop
 from msdebug_hooks.ckpt import find_non_finite, save_checkpoint_atomic
 from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.rank import rank_id
@@ -62,7 +62,7 @@ class BestCheckpoint(AgreedStop, Callback):
     ``<directory>/rank_<r>/<prefix>-rank<r>-epoch<E>-step<S>-<monitor><value>.ckpt`` and the bests that fall out of
     the top ``keep`` are deleted. With ``patience``, training stops cleanly after that many evaluations in a row that
     do not improve on the best by more than ``min_delta``; in a multi-rank job that stop is a vote every rank agrees
-    on (``callbacks/_agreement.py``), so all ranks stop after the same step. Each rank evaluates and saves its own
+    on (``stop_agreement.py``), so all ranks stop after the same step. Each rank evaluates and saves its own
     files under ``rank_<r>``.
 
     Example::
@@ -224,9 +224,8 @@ class BestCheckpoint(AgreedStop, Callback):
         self._stale += 1
         if self._patience is not None and self._stale >= self._patience:
             request_stop(run_context, _LOG,
-                         f"BestCheckpoint: {self.monitor} did not improve on {self._best} by more than "
-                         f"{self.min_delta} for {self._stale} evaluations (patience={self._patience}); "
-                         f"last evaluation at epoch {epoch} step {step}", source=self)
+                         f"{self.monitor} did not improve on {self._best} by more than "
+                         f"{self.min_delta} for {self._stale} evaluations (patience={self._patience})", source=self)
 
     @staticmethod
     def _non_finite_weights(cb_params: Any) -> list:

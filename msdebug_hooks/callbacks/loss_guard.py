@@ -8,6 +8,7 @@ rerun: a dump of just the failing iterations plus ``StopAtStep`` at the failure.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import os
 import statistics
@@ -17,8 +18,8 @@ from typing import Any, Optional, Union
 from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.callbacks._agreement import AgreedStop, StopDecision
-from msdebug_hooks.callbacks._common import format_loss, overflow_flag, request_stop, step_loss
+from msdebug_hooks.stop_agreement import AgreedStop, StopDecision, stop_line
+from msdebug_hooks.training_loop import format_loss, overflow_flag, request_stop, step_loss
 from msdebug_hooks.callbacks.stop_at_step import StopAtStep
 from msdebug_hooks.conditions import TensorOverflowCondition
 from msdebug_hooks.errors import ConfigError
@@ -35,6 +36,21 @@ class LossGuardError(RuntimeError):
     def __init__(self, message: str, *, step: int, epoch: int, reason: str, loss: Optional[float]) -> None:
         super().__init__(message)
         self.step, self.epoch, self.reason, self.loss = step, epoch, reason, loss
+
+
+@dataclasses.dataclass(frozen=True)
+class LossGuardFailure:
+    """What a guard caught: the 1-based ``step``, its ``epoch``, this rank's ``loss``, the ``reason`` (naming the
+    failing ranks in a multi-rank job) and those ``ranks``."""
+
+    step: int
+    epoch: int
+    loss: Optional[float]
+    reason: str
+    ranks: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        return stop_line("LossGuard", self.reason, self.epoch, self.step)
 
 
 class LossGuard(AgreedStop, Callback):
@@ -68,7 +84,7 @@ class LossGuard(AgreedStop, Callback):
 
     The per-step check itself is one Python float test on a loss read once per step with ``.item()`` (cached on
     ``cb_params`` and shared with ``StopAtTime`` / ``StopAtStep``). In a multi-rank job each rank checks its own loss
-    and the ranks agree after every step (``callbacks/_agreement.py``: one tiny all-reduce per step for all of our
+    and the ranks agree after every step (``stop_agreement.py``: one tiny all-reduce per step for all of our
     callbacks together): a NaN seen by rank 1 alone stops every rank after that same step, and on every rank the
     guard records ``failed_step`` and ``failed_ranks`` (the ranks whose loss was bad at that step, e.g. ``[1]``),
     names them in its messages, saves its last good parameters and, with ``raise_error=True``, raises.
@@ -113,11 +129,7 @@ class LossGuard(AgreedStop, Callback):
         self._reset()
 
     def _reset(self) -> None:
-        self.failed_step: Optional[int] = None
-        self.failed_epoch: Optional[int] = None
-        self.failed_loss: Optional[float] = None
-        self.failed_ranks: list[int] = []
-        self.reason: Optional[str] = None
+        self.failure: Optional[LossGuardFailure] = None
         self.last_good_checkpoint: Optional[Path] = None
         self._local_failure: Optional[tuple[int, float, str]] = None    # (step, loss, reason) seen on this rank
         self._begun_step: Optional[int] = None
@@ -125,6 +137,27 @@ class LossGuard(AgreedStop, Callback):
         self._overflow_run = 0
         self._snapshot: Optional[list] = None
         self._snapshot_step = 0
+
+    # the failure, field by field (None / [] until the guard fires) -------------------------------------------
+    @property
+    def failed_step(self) -> Optional[int]:
+        return None if self.failure is None else self.failure.step
+
+    @property
+    def failed_epoch(self) -> Optional[int]:
+        return None if self.failure is None else self.failure.epoch
+
+    @property
+    def failed_loss(self) -> Optional[float]:
+        return None if self.failure is None else self.failure.loss
+
+    @property
+    def reason(self) -> Optional[str]:
+        return None if self.failure is None else self.failure.reason
+
+    @property
+    def failed_ranks(self) -> list[int]:
+        return [] if self.failure is None else list(self.failure.ranks)
 
     # rerun recipe --------------------------------------------------------------------------------------------
     def _require_failure(self, what: str) -> int:
@@ -182,8 +215,7 @@ class LossGuard(AgreedStop, Callback):
                 self._take_snapshot(cb_params)
             return
         self._local_failure = (step, loss, reason)
-        request_stop(run_context, _LOG, f"LossGuard: {reason} at epoch {cb_params.cur_epoch_num}, step {step}",
-                     source=self)
+        request_stop(run_context, _LOG, reason, source=self)
 
     def on_agreed_stop(self, run_context: Any, decision: StopDecision) -> None:
         """Every rank: record the failure the ranks agreed on, save the last good parameters, log the recipe."""
@@ -196,14 +228,15 @@ class LossGuard(AgreedStop, Callback):
             loss, reason = local[1], local[2]
         else:
             loss = step_loss(cb_params)
-            reason = votes[0].reason.split(": ", 1)[-1].rsplit(" at epoch ", 1)[0]
-        self.failed_ranks = [vote.rank for vote in votes]
+            reason = votes[0].reason
+        failed_ranks = tuple(vote.rank for vote in votes)
         if decision.world_size > 1:
-            ranks = ", ".join(str(rank) for rank in self.failed_ranks)
+            ranks = ", ".join(str(rank) for rank in failed_ranks)
             reason = f"{reason} on rank{'s' if len(votes) > 1 else ''} {ranks}"
             if local is None:
                 reason += f" (this rank's loss: {format_loss(loss)})"
-        self._fire(run_context, cb_params, loss, reason)
+        self._fire(run_context, cb_params, LossGuardFailure(int(cb_params.cur_step_num), int(cb_params.cur_epoch_num),
+                                                            loss, reason, failed_ranks))
 
     # checks --------------------------------------------------------------------------------------------------
     def _check(self, loss: float, cb_params: Any) -> Optional[str]:
@@ -232,19 +265,15 @@ class LossGuard(AgreedStop, Callback):
         return None
 
     # on a hit ------------------------------------------------------------------------------------------------
-    def _fire(self, run_context: Any, cb_params: Any, loss: float, reason: str) -> None:
-        self.failed_step = int(cb_params.cur_step_num)
-        self.failed_epoch = int(cb_params.cur_epoch_num)
-        self.failed_loss = loss
-        self.reason = reason
+    def _fire(self, run_context: Any, cb_params: Any, failure: LossGuardFailure) -> None:
+        self.failure = failure
         if self.save_last_good is not None:
             self._save_last_good(cb_params)
-        message = f"LossGuard: {reason} at epoch {self.failed_epoch}, step {self.failed_step}"
         if self.raise_error:
-            _LOG.error("%s; raising LossGuardError (other callbacks' end hooks will not run)",
-                       message)
+            _LOG.error("%s; raising LossGuardError (other callbacks' end hooks will not run)", failure.describe())
             self._log_recipe()
-            raise LossGuardError(message, step=self.failed_step, epoch=self.failed_epoch, reason=reason, loss=loss)
+            raise LossGuardError(failure.describe(), step=failure.step, epoch=failure.epoch, reason=failure.reason,
+                                 loss=failure.loss)
         self._log_recipe()
 
     def _log_recipe(self) -> None:

@@ -10,8 +10,8 @@ from typing import Any, Optional
 from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.callbacks._agreement import AgreedStop
-from msdebug_hooks.callbacks._common import format_loss, request_stop, step_loss
+from msdebug_hooks.stop_agreement import AgreedStop
+from msdebug_hooks.training_loop import format_loss, request_stop, step_loss
 from msdebug_hooks.errors import ConfigError
 
 _LOG = get_logger("callbacks.stop_at_step")
@@ -35,7 +35,7 @@ class StopAtStep(AgreedStop, Callback):
     Use ``sink_size=1`` (or a divisor of ``step``) to stop exactly there.
 
     In a multi-rank job every rank counts the same steps, and the stop goes through the ranks' agreement
-    (``callbacks/_agreement.py``) like every stop of ours, so all ranks stop after the same step.
+    (``stop_agreement.py``) like every stop of ours, so all ranks stop after the same step.
 
     Args:
         step: the last step to run, an int >= 1, as ``cur_step_num`` counts it (a resumed job starts counting at its
@@ -81,7 +81,5 @@ class StopAtStep(AgreedStop, Callback):
         if current < self.step or self.stopped_step is not None:
             return
         self.stopped_step = int(current)
-        where = f"step {current}" if current == self.step else f"step {current} (first step at or after {self.step})"
-        request_stop(run_context, _LOG,
-                     f"StopAtStep: reached {where} at epoch {cb_params.cur_epoch_num}, "
-                     f"loss {format_loss(step_loss(cb_params))}", source=self)
+        where = f"step {current}" if current == self.step else f"the first step at or after {self.step}"
+        request_stop(run_context, _LOG, f"reached {where}, loss {format_loss(step_loss(cb_params))}", source=self)

@@ -9,8 +9,8 @@ from typing import Any, Mapping, Optional, Union
 from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.callbacks._agreement import AgreedStop, StopDecision
-from msdebug_hooks.callbacks._common import format_loss, request_stop, step_loss
+from msdebug_hooks.stop_agreement import AgreedStop, StopDecision
+from msdebug_hooks.training_loop import format_loss, request_stop, step_loss
 from msdebug_hooks.errors import ConfigError
 
 _LOG = get_logger("callbacks.stop_at_time")
@@ -72,7 +72,7 @@ class StopAtTime(AgreedStop, Callback):
 
     In a multi-rank job each rank reads its own clock and the first rank out of time asks all to stop: the ranks
     agree after every step (one tiny all-reduce per step for all of our callbacks together, see
-    ``callbacks/_agreement.py``), so every rank stops after the same step, even when they run at different speeds.
+    ``stop_agreement.py``), so every rank stops after the same step, even when they run at different speeds.
     ``stopped_step`` is then set on every rank.
 
     Args:
@@ -131,7 +131,7 @@ class StopAtTime(AgreedStop, Callback):
         if self.time_remaining() <= 0:
             self._voted = True
             request_stop(run_context, _LOG,
-                         f"StopAtTime: the time budget of {_hms(self.run_time)} was already used up before this run "
+                         f"the time budget of {_hms(self.run_time)} was already used up before this run "
                          f"started ({_hms(self.time_elapsed())} restored); MindSpore stops after the first step",
                          source=self)
 
@@ -145,8 +145,7 @@ class StopAtTime(AgreedStop, Callback):
         cb_params = run_context.original_args()
         self._voted = True
         request_stop(run_context, _LOG,
-                     f"StopAtTime: time budget {_hms(self.run_time)} used up after {_hms(self.time_elapsed())} "
-                     f"at epoch {cb_params.cur_epoch_num}, step {cb_params.cur_step_num}, "
+                     f"time budget {_hms(self.run_time)} used up after {_hms(self.time_elapsed())}, "
                      f"loss {format_loss(step_loss(cb_params))}", source=self)
 
     def on_agreed_stop(self, run_context: Any, decision: StopDecision) -> None:

@@ -18,9 +18,9 @@ import numpy as np
 from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.callbacks._agreement import AgreedStop, StopDecision
+from msdebug_hooks.stop_agreement import AgreedStop, StopDecision
 from msdebug_hooks.callbacks._weight_screen import WeightScreen
-from msdebug_hooks.callbacks._common import request_stop
+from msdebug_hooks.training_loop import request_stop
 from msdebug_hooks.errors import ConfigError
 
 _LOG = get_logger("callbacks.weight_monitor")
@@ -62,7 +62,7 @@ class WeightMonitor(AgreedStop, Callback):
     Every finding is kept in ``problems`` (the first ``MAX_RECORDS``; ``counts`` counts them all) and logged once
     per parameter and kind. ``on_problem="stop"`` stops training cleanly after the step (other callbacks' end hooks
     run); ``"raise"`` raises ``WeightProblemError`` after the step (they do not run). Both go through the ranks'
-    agreement in a multi-rank job (``callbacks/_agreement.py``): every rank stops (or raises) after the same step.
+    agreement in a multi-rank job (``stop_agreement.py``): every rank stops (or raises) after the same step.
 
     Example::
 
@@ -190,13 +190,13 @@ class WeightMonitor(AgreedStop, Callback):
         if self.on_problem == "warn":
             return
         summary = "; ".join(_describe(p) for p in found)
-        request_stop(run_context, _LOG, f"WeightMonitor at step {found[0].step}: {summary}", source=self)
+        request_stop(run_context, _LOG, summary, source=self)
 
     def on_agreed_stop(self, run_context: Any, decision: StopDecision) -> None:
         """With ``on_problem="raise"``: raise on every rank once the ranks agreed to stop on a weight problem."""
         votes = decision.by(type(self).__name__)
         if self.on_problem == "raise" and votes:
-            raise WeightProblemError("; ".join(f"rank {v.rank}: {v.reason}" for v in votes))
+            raise WeightProblemError("; ".join(f"rank {v.rank}: {v.describe()}" for v in votes))
 
 
 _DESCRIBE = {

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from mindspore.train import Callback
 
-from msdebug_hooks.callbacks._common import overflow_flag, step_loss
+from msdebug_hooks.training_loop import overflow_flag, step_loss
 from msdebug_hooks.compare.loss import LossWriter, PathLike
 
 

@@ -31,7 +31,7 @@ from typing import Any, Mapping, Optional, Sequence
 from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.callbacks._common import loss_value, request_stop
+from msdebug_hooks.training_loop import loss_value, request_stop
 from msdebug_hooks.debugger.capture import CellCapture
 from msdebug_hooks.debugger.graph import build_graph
 from msdebug_hooks.debugger.dump_source import SOURCES, DumpTensorSource, source_options_from_env

@@ -3,7 +3,7 @@
 MindInsight 2.3.1's online debugger serves one training (one device) per debugger port. So by default only rank 0
 connects. The other ranks need no debugger of their own to follow it: while rank 0 is suspended at a step end,
 they wait in the step's collectives (the stop agreement's all-reduce, or the next gradient all-reduce), and run on
-when rank 0 does. A *terminate* on rank 0 is a stop vote like any other (``callbacks/_agreement.py``), so every rank
+when rank 0 does. A *terminate* on rank 0 is a stop vote like any other (``stop_agreement.py``), so every rank
 stops after the same step and every callback's end hooks run. ``ranks=[0, 1], port_per_rank=True`` lets several
 ranks connect instead, rank ``r`` to ``port + r`` (one MindInsight per port).
 
@@ -18,11 +18,11 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.callbacks._agreement import AgreedStop
 from msdebug_hooks.debugger.callback import DebuggerCallback
 from msdebug_hooks.debugger.settings import validate_address
 from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.rank import rank_id, world_size
+from msdebug_hooks.stop_agreement import AgreedStop
 
 __all__ = ["DistributedDebugger"]
 

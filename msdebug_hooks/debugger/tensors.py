@@ -12,7 +12,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from msdebug_hooks.callbacks._common import loss_value
+from msdebug_hooks.training_loop import loss_value
 from msdebug_hooks.debugger.capture import CellCapture, to_numpy
 from msdebug_hooks.debugger.graph import DATA_INPUT, LABEL_INPUT, DebugGraph
 from msdebug_hooks.debugger.sources import GraphTensorSource

@@ -8,7 +8,7 @@ import sys
 from mindspore.train import Callback
 
 from lenet import make_dataset, make_model
-from msdebug_hooks.callbacks._common import loss_value
+from msdebug_hooks.training_loop import loss_value
 from msdebug_hooks.debugger.callback import DebuggerCallback
 
 

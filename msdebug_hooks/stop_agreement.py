@@ -11,7 +11,8 @@ How it works, per training run (state kept on the run's shared ``cb_params``):
   run's callback list, the *last* one (by position, the same on every rank) resolves: it all-reduces the number of
   votes cast on this rank since the last resolution, one float32. Callbacks run in list order, so every vote of the
   step is in by then, however many of our callbacks there are: one collective per step.
-* If the sum is not zero, a second all-reduce (only then, once per run) carries each rank's votes as text, so every
+* If the sum is not zero, a second all-reduce (only then, once per run) carries each rank's votes (:class:`StopVote`
+  records, serialised as JSON by :func:`encode_votes`), so every
   rank logs the same line naming who asked and why; every rank calls ``run_context.request_stop()`` and every
   ``AgreedStop`` callback hears :meth:`AgreedStop.on_agreed_stop` with the :class:`StopDecision`. All ranks stop
   after the same step.
@@ -25,7 +26,7 @@ How it works, per training run (state kept on the run's shared ``cb_params``):
   list, a vote stops only this rank and a warning says the job may hang.
 
 MindSpore 2.10's CPU ``AllReduce`` supports only ``SUM`` over float16/float32, so a MAX of flags is a sum of counts,
-and the texts are bytes laid out at ``rank * slot``: the sum of the buffers is their concatenation. Measured on the
+and the votes are bytes laid out at ``rank * slot``: the sum of the buffers is their concatenation. Measured on the
 CPU with two ranks (``benchmarks/distributed_overhead.py``): a PyNative ``ops.AllReduce`` of one float costs
 0.13-0.57 ms back to back; inside a training step the agreement takes ~0.7 ms of CPU and ~2 ms of wall time (that
 includes waiting for the slower rank) against a ~180 ms data-parallel LeNet step. ``comm_func.all_reduce`` has no
@@ -34,6 +35,7 @@ CPU kernel in 2.10, and a jitted cell costs about twice the PyNative op.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from typing import Any, Iterable, Optional
 
@@ -43,17 +45,33 @@ from msdebug_hooks.rank import communication_ready, rank_id, world_size
 _LOG = get_logger("callbacks.agreement")
 
 STATE_KEY = "_msdebug_stop_agreement"
-REASON_BYTES = 1024          # per rank, in the once-per-run exchange of the votes' texts
+REASON_BYTES = 1024          # per rank, in the once-per-run exchange of the votes (JSON)
 HOOKS = ("step_end", "epoch_end")
+
+
+def stop_line(source: str, reason: str, epoch: int, step: int) -> str:
+    """The one wording of a stop request in logs and errors: ``"LossGuard: loss is nan at epoch 1, step 3"``.
+
+    Without a ``source`` the reason is the whole text (said as the caller wrote it); ``step`` 0 (before the first
+    step) adds no place.
+    """
+    if not source:
+        return reason
+    return f"{source}: {reason} at epoch {epoch}, step {step}" if step > 0 else f"{source}: {reason}"
 
 
 @dataclasses.dataclass(frozen=True)
 class StopVote:
-    """One rank's request to stop: who asked (a callback class name) and why."""
+    """One rank's request to stop, as data: who asked (a callback class name, "" if unnamed), why, and when."""
 
     rank: int
     source: str
     reason: str
+    epoch: int = 0
+    step: int = 0
+
+    def describe(self) -> str:
+        return stop_line(self.source, self.reason, self.epoch, self.step)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +92,7 @@ class StopDecision:
         return tuple(sorted((v for v in self.votes if v.source == source), key=lambda v: v.rank))
 
     def describe(self) -> str:
-        return "; ".join(f"rank {v.rank}: {v.reason}" for v in sorted(self.votes, key=lambda v: v.rank))
+        return "; ".join(f"rank {v.rank}: {v.describe()}" for v in sorted(self.votes, key=lambda v: v.rank))
 
 
 class AgreedStop:
@@ -119,7 +137,7 @@ class AgreedStop:
 @dataclasses.dataclass
 class _State:
     participants: list
-    pending: list = dataclasses.field(default_factory=list)     # [(source, reason)] not yet agreed
+    pending: list = dataclasses.field(default_factory=list)     # this rank's StopVotes not yet agreed
     decided: Optional[StopDecision] = None
     known: bool = True                                           # participants come from cb_params.list_callback
     warned: bool = False
@@ -140,25 +158,58 @@ def collective_needed() -> bool:
 
 
 def vote(run_context: Any, logger: logging.Logger, reason: str, source: Any = None) -> None:
-    """Ask every rank to stop after the current step (see the module docstring for when that happens)."""
-    name = _source_name(source, reason)
+    """Ask every rank to stop after the current step (see the module docstring for when that happens).
+
+    ``source`` is the voting callback: its class names the vote; the epoch and step come from the run context.
+    """
+    cb_params = run_context.original_args()
+    ballot = StopVote(rank_id(), "" if source is None else type(source).__name__, reason,
+                      _int(cb_params, "cur_epoch_num"), _int(cb_params, "cur_step_num"))
     state = _state(run_context)
     has_point = bool(state.participants) or (not state.known and isinstance(source, AgreedStop))
     if not collective_needed() or not has_point:
         if world_size() > 1:
-            _warn_unagreed(state, reason)
-        logger.warning("stopping training: %s", reason)
+            _warn_unagreed(state, ballot.describe())
+        logger.warning("stopping training: %s", ballot.describe())
         run_context.request_stop()
-        cb_params = run_context.original_args()
-        decision = StopDecision(_int(cb_params, "cur_step_num"), _int(cb_params, "cur_epoch_num"), 1,
-                                (StopVote(rank_id(), name, reason),))
+        decision = StopDecision(ballot.step, ballot.epoch, 1, (ballot,))
         _notify(run_context, state, decision, source)
         return
     if state.decided is not None:
-        logger.info("%s (training is already stopping on every rank)", reason)
+        logger.info("%s (training is already stopping on every rank)", ballot.describe())
         return
-    logger.info("asking every rank to stop: %s", reason)
-    state.pending.append((name, reason))
+    logger.info("asking every rank to stop: %s", ballot.describe())
+    state.pending.append(ballot)
+
+
+def encode_votes(votes: Iterable[StopVote], limit: int = REASON_BYTES) -> bytes:
+    """One rank's votes as UTF-8 JSON of at most ``limit`` bytes (the rank is where the bytes travel, not in them).
+
+    Over the limit the longest reason is shortened (ending in "..."), and as a last resort the last votes dropped,
+    so the bytes always parse.
+    """
+    records = [{"source": v.source, "reason": v.reason, "epoch": v.epoch, "step": v.step} for v in votes]
+    while True:
+        data = json.dumps(records, ensure_ascii=False).encode("utf-8")
+        if len(data) <= limit or not records:
+            return data
+        longest = max(records, key=lambda r: len(r["reason"]))
+        if len(longest["reason"]) > 8:
+            longest["reason"] = longest["reason"][:len(longest["reason"]) // 2] + "..."
+        else:
+            records.pop()
+
+
+def decode_votes(rank: int, data: bytes) -> list[StopVote]:
+    """The votes :func:`encode_votes` wrote on ``rank``; bytes that do not parse become one unnamed vote saying so."""
+    if not data:
+        return []
+    try:
+        records = json.loads(data.decode("utf-8"))
+        return [StopVote(rank, str(r["source"]), str(r["reason"]), int(r["epoch"]), int(r["step"]))
+                for r in records]
+    except (ValueError, TypeError, KeyError) as error:
+        return [StopVote(rank, "", f"unreadable stop vote ({error}): {data[:80]!r}")]
 
 
 def agree(run_context: Any, callback: Any, hook: str) -> None:
@@ -179,18 +230,13 @@ def _resolve(run_context: Any, state: _State) -> None:
     if not count[0] > 0:
         return
     world, me = world_size(), rank_id()
-    local = "\n".join(f"{source}\t{reason}" for source, reason in state.pending).encode("utf-8")
-    if len(local) > REASON_BYTES:
-        local = local[:REASON_BYTES - 3].decode("utf-8", "ignore").encode("utf-8") + b"..."
+    local = encode_votes(state.pending)
     buffer = np.zeros(world * REASON_BYTES, dtype=np.float32)
     buffer[me * REASON_BYTES: me * REASON_BYTES + len(local)] = np.frombuffer(local, dtype=np.uint8)
-    texts = _allreduce_sum(buffer).astype(np.uint8).reshape(world, REASON_BYTES)
+    slots = _allreduce_sum(buffer).astype(np.uint8).reshape(world, REASON_BYTES)
     votes = []
     for rank in range(world):
-        text = texts[rank].tobytes().rstrip(b"\0").decode("utf-8", "replace")
-        for line in filter(None, text.split("\n")):
-            source, _, reason = line.partition("\t")
-            votes.append(StopVote(rank, source, reason))
+        votes.extend(decode_votes(rank, slots[rank].tobytes().rstrip(b"\0")))
     cb_params = run_context.original_args()
     decision = StopDecision(_int(cb_params, "cur_step_num"), _int(cb_params, "cur_epoch_num"), world, tuple(votes))
     state.pending.clear()
@@ -288,13 +334,6 @@ def _int(cb_params: Any, name: str) -> int:
         return int(value)
     except (TypeError, ValueError):
         return 0
-
-
-def _source_name(source: Any, reason: str) -> str:
-    if source is not None:
-        return type(source).__name__
-    prefix = reason.split(":", 1)[0].strip()
-    return prefix if prefix.isidentifier() else "callback"
 
 
 def _warn_unagreed(state: _State, reason: str) -> None:

@@ -1,10 +1,14 @@
-"""What every callback needs from MindSpore's ``RunContext``: the step, the loss, and a clean, explained stop."""
+"""Training-loop primitives every callback and the debugger share: the step's loss, the overflow flag, a loss for a
+log line, and a clean, explained stop (a vote, see ``stop_agreement.py``).
+
+The ground floor below ``callbacks/`` and ``debugger/``: no MindSpore import here (the values are read through the
+duck-typed objects MindSpore passes in).
+"""
 from __future__ import annotations
 
 import logging
 import math
 from typing import Any, Optional
-
 
 
 def loss_value(net_outputs: Any) -> Optional[float]:
@@ -37,12 +41,12 @@ def request_stop(run_context: Any, logger: logging.Logger, reason: str, *, sourc
     """Ask MindSpore to stop after the current step and say why, in one log line that names the rank.
 
     ``request_stop()`` lets every callback's ``on_train_epoch_end`` / ``on_train_end`` run (an exception would not).
-    In a multi-rank job this is a vote that every rank agrees on before anyone stops (``_agreement.py``), so all ranks
+    In a multi-rank job this is a vote that every rank agrees on before anyone stops (``stop_agreement.py``), so all ranks
     stop after the same step; ``source`` is the voting callback (its class names the vote on the other ranks).
     """
-    from msdebug_hooks.callbacks import _agreement
+    from msdebug_hooks import stop_agreement
 
-    _agreement.vote(run_context, logger, reason, source)
+    stop_agreement.vote(run_context, logger, reason, source)
 
 
 _LOSS_CACHE_KEY = "_msdebug_step_loss"
