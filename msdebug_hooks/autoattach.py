@@ -26,6 +26,8 @@ import threading
 from types import ModuleType
 from typing import Any, Callable, List, Optional, Sequence
 
+from msdebug_hooks.config import debugger_env
+
 CallbackFactory = Callable[[], Sequence[Any]]
 
 _TARGET_MODULE = "mindspore.train.model"
@@ -69,7 +71,7 @@ def install_from_env() -> None:
     ``MS_DEBUGGER_SOURCE=dump`` also sets MindSpore's dump up now, before anything compiles (``dump_scratch``).
     """
     register(_debugger_from_env)
-    if os.environ.get("MS_DEBUGGER_SOURCE", "").strip().lower() == "dump":
+    if os.environ.get(debugger_env.SOURCE, "").strip().lower() == "dump":
         from msdebug_hooks.debugger.dump_scratch import configure_early
 
         configure_early()
