@@ -98,7 +98,7 @@ class DistributedDebugger(AgreedStop, Callback):
         port = self.port + rank if self.port_per_rank else self.port
         self.debugger = DebuggerCallback(self.host, port, device_id=rank, **self.options)
         if world_size() > 1:
-            _LOG.info("connects to MindInsight at %s:%d", self.host, port)
+            _LOG.info("connects to the debugger server at %s:%d", self.host, port)
         self.debugger.on_train_begin(run_context, owner=self)   # its step end runs before the callbacks listed first
 
     def on_train_step_begin(self, run_context: Any) -> None:

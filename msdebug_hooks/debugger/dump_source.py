@@ -108,7 +108,8 @@ class DumpTensorSource(TensorSource):
             raise ConfigError("run_context.original_args().train_dataset", dataset,
                               "a mindspore.dataset Dataset (Model.train passes it)",
                               detail="the dump source compiles the network for the dataset's shapes before step 0, "
-                                     "so that MindInsight gets the dump's graph; use the light source otherwise")
+                                     "so that the debugger server gets the dump's graph; use the light source "
+                                     "otherwise")
         _compile(network, dataset)
         dump = self.root / "dump"
         ranks = sorted(dump.glob("rank_*")) if dump.is_dir() else []

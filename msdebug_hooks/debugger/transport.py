@@ -154,8 +154,8 @@ def _varint(value: int) -> bytes:
 
 def serialized_tensor_pieces(header: graph_pb.TensorProto, content, *,
                              chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """A tensor's ``TensorProto`` pieces for ``SendTensors``, already serialised, cut straight from ``content`` (bytes or a
-    1-D byte ``memoryview``, e.g. of a NumPy array): each payload byte is copied once, into its piece.
+    """A tensor's ``TensorProto`` pieces for ``SendTensors``, already serialised, cut straight from ``content``
+    (bytes or a 1-D byte ``memoryview``, e.g. of a NumPy array): each payload byte is copied once, into its piece.
 
     ``header`` holds every field except ``tensor_content`` and ``finished``. A piece is the header's bytes, then
     the ``tensor_content`` field written by hand (tag, length, payload); protobuf parsers accept fields in any order,

@@ -196,8 +196,9 @@ class DebuggerShell(cmd.Cmd):
         if not hits:
             return
         self.saw_hits = True
+        ordered = sorted(hits, key=lambda h: (h.step, h.node.is_parameter, h.node.index))
         rows = [(h.step, h.rank, short_name(h.node.name), h.slot, h.watchpoint.label, h.describe(),
-                 source_location(h.node)) for h in sorted(hits, key=lambda h: (h.step, h.node.is_parameter, h.node.index))]
+                 source_location(h.node)) for h in ordered]
         self.say(f"{len(hits)} hit(s):")
         self.say(table(rows, ("step", "rank", "node", "slot", "watchpoint", "detail", "source"), numeric=(0, 1, 3)))
 
