@@ -110,6 +110,7 @@ class DebuggerSession:
         self.transport = transport
         self.graph = graph
         self.tensors = as_source(graph, provider)
+        self.tensors.start_over()                # a source reused by a second training starts clean
         self.ms_version = ms_version
         self.device_target = device_target
         self.device_name = f"{device_id}:{graph.name.rsplit('_', 1)[-1]}"
@@ -294,8 +295,7 @@ class DebuggerSession:
             return Decision.RUN
         self.table.clear()
         self._warned = {key for key in self._warned if not key.startswith("unevaluable-")}   # ids start over
-        self.tensors.forget_previous()
-        self.tensors.forget_current()
+        self.tensors.start_over()
         self._initial = True
         try:
             problem = self._handshake(None)

@@ -85,9 +85,10 @@ class TensorSource(ABC):
         """The values read so far are stale (a step ran, or a view must read again)."""
         self._current.clear()
 
-    def forget_previous(self) -> None:
-        """The session starts over (a reconnect): no previous-step copies."""
+    def start_over(self) -> None:
+        """A new session, or the session starts over (a reconnect): no values held, no previous-step copies."""
         self._previous.clear()
+        self._current.clear()
 
 
 class GraphTensorSource(TensorSource):

@@ -1,4 +1,4 @@
-"""Answers to ``ViewCMD``: one item per requested tensor, in request order (protocol doc 1.7).
+"""Answers to ``ViewCMD``: one item per requested tensor, in request order (docs/debugger-protocol.md 1.7).
 
 Pure functions from (request, value or None) to messages, so they are tested without a channel. The server zips
 answers against its requests, so a missing tensor still gets an (empty) answer.
