@@ -157,12 +157,6 @@ class GraphIndex:
     def node(self, rank: int, graph_name: str, name: str) -> Optional[NodeInfo]:
         return self.nodes.get((rank, graph_name, name))
 
-    def graph_id_of(self, rank: int, graph_name: str) -> Optional[int]:
-        for (r, g), gname in self.graph_names.items():
-            if r == rank and gname == graph_name:
-                return g
-        return None
-
     def _dir_lookup(self, rank: int, graph_id: int, iteration: Optional[int]) -> dict:
         with self._lock:          # checker threads look files up concurrently
             return self._dir_lookup_locked(rank, graph_id, iteration)
