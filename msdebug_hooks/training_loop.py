@@ -7,7 +7,6 @@ duck-typed objects MindSpore passes in).
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any, Optional
 
 
@@ -31,10 +30,6 @@ def loss_value(net_outputs: Any) -> Optional[float]:
         array = value.asnumpy()
         return float(array.reshape(-1)[0]) if array.size else None
     return float(value)
-
-
-def is_finite(value: Optional[float]) -> bool:
-    return value is not None and math.isfinite(value)
 
 
 def request_stop(run_context: Any, logger: logging.Logger, reason: str, *, source: Any = None) -> None:

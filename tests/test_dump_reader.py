@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -49,7 +50,7 @@ def test_real_dump_layout(lenet_dump):
     assert dump.metadata(0)["config"]["device_target"] == "CPU"
     assert dump.metadata(0)["data_dump"]["common_dump_settings"]["net_name"] == "Net"
     for iteration in (0, 1, 2):
-        on_disk = sorted(n for n in os.listdir(dump.iteration_dir(0, 0, iteration)) if n.endswith(".npy"))
+        on_disk = sorted(n for n in os.listdir(Path(lenet_dump) / "rank_0" / "Net" / "0" / str(iteration)) if n.endswith(".npy"))
         listed = sorted(f.path.name for f in dump.tensor_files(0, 0, iteration))
         assert listed == on_disk and len(listed) > 100
     order = dump.execution_order(0, 0)
@@ -69,7 +70,7 @@ def test_ir_trace_ties_operators_to_source_lines(lenet_dump):
 
 def test_arrays_are_memory_mapped_and_equal_numpy_load(lenet_dump):
     dump = DumpDir(lenet_dump)
-    item = next(f for f in dump.tensor_files(0, 0, 1) if f.op_name == flatten_name(CONV1) and f.is_output)
+    item = next(f for f in dump.tensor_files(0, 0, 1) if f.op_name == flatten_name(CONV1) and f.io == "output")
     value = npy.load(item.path)
     assert isinstance(value, np.memmap) and not value.flags.writeable
     np.testing.assert_array_equal(value, np.load(item.path))

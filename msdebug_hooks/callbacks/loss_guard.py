@@ -67,10 +67,10 @@ class LossGuard(AgreedStop, Callback):
     :class:`LossGuardError` at once instead; MindSpore then skips all other end hooks (no final checkpoint, no
     cleanup), which is what you want when such a hook would overwrite a good backup with a broken one.
 
-    On a hit the guard records ``failed_step`` (1-based ``cur_step_num``), ``failed_epoch``, ``failed_loss`` and
-    ``reason``, logs one line saying why it stopped, and logs the rerun recipe: ``guard.dump_config(path)`` (a
-    ``DumpConfig`` for the iteration before and the failing one) and ``guard.stop_at_step()``. Each run
-    (``on_train_begin``) starts afresh.
+    On a hit the guard records one :class:`LossGuardFailure` in ``failure`` (read field by field as ``failed_step``,
+    1-based ``cur_step_num``, ``failed_epoch``, ``failed_loss`` and ``reason``), logs one line saying why it
+    stopped, and logs the rerun recipe: ``guard.dump_config(path)`` (a ``DumpConfig`` for the iteration before and
+    the failing one) and ``guard.stop_at_step()``. Each run (``on_train_begin``) starts afresh.
 
     ``save_last_good=directory`` writes a checkpoint, atomically, named with the rank and the step the parameters
     belong to. Without ``keep_previous`` it holds the parameters as they are when the failure is seen, i.e. after

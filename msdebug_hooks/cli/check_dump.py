@@ -173,7 +173,7 @@ def _select(analyzer, selects, iterations, ranks) -> dict:
 def run(args: argparse.Namespace) -> int:
     from msdebug_hooks.conditions import parse_condition
     from msdebug_hooks.dump.analyzer import DumpAnalyzer, Watchpoint
-    from msdebug_hooks.dump.watchpoints import ERROR_NO_VALUE, ERROR_UNREADABLE
+    from msdebug_hooks.conditions.error_codes import ERROR_NO_VALUE, ERROR_UNREADABLE
 
     if not args.watch:
         raise ConfigError("--watch", None,

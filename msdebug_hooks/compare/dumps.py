@@ -30,9 +30,9 @@ from msdebug_hooks._files import atomic_write_text
 from msdebug_hooks.compare.metrics import (ERROR, NOT_COMPARABLE, PASS, WARNING, TensorComparison, Tolerance,
                                            compare_arrays, not_comparable)
 from msdebug_hooks.dump import npy
-from msdebug_hooks.dump.analyzer import _as_int_list as as_int_list
 from msdebug_hooks.dump.index import CONSTANT, PARAMETER, GraphIndex, NodeInfo
 from msdebug_hooks.dump.layout import TensorFile
+from msdebug_hooks.dump.nodes import as_int_list
 from msdebug_hooks.dump.reader import DumpDir
 from msdebug_hooks.errors import ConfigError, DumpError
 

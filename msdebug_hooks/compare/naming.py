@@ -70,12 +70,6 @@ def is_framework_bookkeeping(name: str, framework: str) -> bool:
     return name.rpartition(".")[2] in PYTORCH_ONLY_SUFFIXES
 
 
-def mindspore_name_for(torch_name: str, mindspore_names: Iterable[str]) -> Optional[str]:
-    """The MindSpore parameter among ``mindspore_names`` that ``torch_name`` maps to, or None."""
-    by_canonical = {canonical_name(name, MINDSPORE): name for name in mindspore_names}
-    return by_canonical.get(torch_name)
-
-
 def convert_torch_state(torch_state: Mapping[str, object], mindspore_names: Iterable[str],
                         mapping: Optional[Mapping[str, str]] = None) -> dict:
     """``{mindspore_name: value}`` for every name in ``mindspore_names``, taken from a PyTorch state dict through

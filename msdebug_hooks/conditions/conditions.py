@@ -20,24 +20,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from msdebug_hooks.conditions import stats as st
+from msdebug_hooks.conditions.error_codes import ERROR_INF, ERROR_NAN, ERROR_NO_PREVIOUS, error_list
 from msdebug_hooks.conditions.params import CHECK, HIDDEN, OPERATORS, SUPPORT, ParamSpec, validate_params
-from msdebug_hooks.errors import ConfigError
 
-ERROR_NAN = 1
-ERROR_INF = 2
-ERROR_NO_PREVIOUS = 4
-#: bit -> the MindInsight UI's name for it (``watchpoint_handler.py:_get_error_list``) and a sentence
-ERROR_TEXTS = {ERROR_NAN: ("nan", "Tensor contains NaN."),
-               ERROR_INF: ("inf", "A tensor contains +/-INF."),
-               ERROR_NO_PREVIOUS: ("no_prev_tensor", "The previous step value cannot be found.")}
-
-
-def error_list(error_code: int) -> list[str]:
-    """``3`` -> ``["nan", "inf"]``, as MindInsight shows it."""
-    return [short for bit, (short, _) in ERROR_TEXTS.items() if error_code & bit]
 
 
 @dataclass(frozen=True)
@@ -184,23 +172,10 @@ class Condition:
         return check_many([self], value, previous)[0]
 
     # --- protocol ----------------------------------------------------------------------------------------------
-    def to_protocol(self) -> tuple[int, list[tuple[str, float | bool]]]:
-        """(``WatchCondition.Condition`` id, [(parameter name, value)]) for the enabled parameters."""
-        return self.condition_id, list(self.params.items())
-
     def protocol_params(self) -> list[tuple[str, float | bool, bool]]:
         """Every parameter of the condition in protocol order as (name, value, disabled), like a ``SetCMD``."""
         return [(s.name, self.params[s.name], False) if s.name in self.params else (s.name, 0.0, True)
                 for s in self.param_specs]
-
-    @classmethod
-    def from_protocol(cls, condition_id: int, params: Sequence[Any]) -> "Condition":
-        """Build the concrete condition from a ``WatchCondition`` (params as (name, value, disabled) or protos)."""
-        from msdebug_hooks.conditions.protocol import from_protocol
-        condition = from_protocol(condition_id, params)
-        if not isinstance(condition, cls):
-            raise ConfigError("condition", condition_id, f"the id of {cls.__name__} ({cls.condition_id})")
-        return condition
 
     # --- plumbing ----------------------------------------------------------------------------------------------
     @property

@@ -202,7 +202,6 @@ class _Accumulator:
                  with_previous: bool) -> None:
         self.dtype = dtype
         self.chunk = chunk
-        self.needed = needed
         self.need_max = MAX in needed
         self.need_min = MIN in needed
         self.need_mean = MEAN in needed or SD in needed
@@ -210,9 +209,7 @@ class _Accumulator:
         self.need_abs = ABS_MEAN in needed
         self.need_sign = POSITIVE_COUNT in needed or NEGATIVE_COUNT in needed
         self.need_zero = ZERO_COUNT in needed or self.need_sign
-        self.ranges = ranges
         self.tolerances = tolerances
-        self.with_previous = with_previous
         self.ones, self.zeros, self.buf, self.mask, self.mask2 = _buffers(dtype, chunk)
         if with_previous:
             self.cur64 = np.empty(chunk, np.float64)

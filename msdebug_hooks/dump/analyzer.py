@@ -21,10 +21,10 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence, Union
+from typing import Callable, Iterable, Optional, Union
 
 from msdebug_hooks.dump.index import CONSTANT, OPERATOR, PARAMETER, GraphIndex, NodeInfo
-from msdebug_hooks.dump.nodes import DebuggerTensor, Node, NodeFeature
+from msdebug_hooks.dump.nodes import DebuggerTensor, IntOrList, Node, NodeFeature, NodeTable, as_int_list, as_slot_set
 from msdebug_hooks.dump.reader import DumpDir
 from msdebug_hooks.dump.watchpoints import HitDetail, Watchpoint, WatchpointHit, check_watchpoints
 from msdebug_hooks.errors import ConfigError
@@ -32,7 +32,6 @@ from msdebug_hooks.errors import ConfigError
 __all__ = ["DumpAnalyzer", "Node", "NodeFeature", "DebuggerTensor", "Watchpoint", "WatchpointHit", "HitDetail",
            "GraphRun"]
 
-IntOrList = Union[int, Sequence[int], None]
 _MEM_LIMIT_RANGE = (2048, 2147483647)
 _SELECT_BY = ("node_name", "code_stack")
 
@@ -46,20 +45,6 @@ class GraphRun:
     graph_name: str
     iteration: int
     has_data: bool
-
-
-def _as_int_list(value: IntOrList, field: str) -> Optional[list[int]]:
-    if value is None:
-        return None
-    items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
-    try:
-        items = list(items)
-    except TypeError:
-        raise ConfigError(field, value, "an int, a list of ints, or None") from None
-    for item in items:
-        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-            raise ConfigError(field, value, "an int >= 0, a list of them, or None")
-    return items
 
 
 class DumpAnalyzer:
@@ -84,7 +69,8 @@ class DumpAnalyzer:
         self._mem_limit = mem_limit
         self._workers = workers
         self._index = GraphIndex(self._dump)
-        self._nodes = {key: Node._from_info(info, self) for key, info in self._index.nodes.items()}
+        self._table = NodeTable(self._index)
+        self._nodes = self._table.nodes
 
     # ---- ranks, iterations, history ----------------------------------------------------------------------------
     def get_ranks(self) -> list[int]:
@@ -165,7 +151,7 @@ class DumpAnalyzer:
         """
         nodes = self.select_nodes(query_string, use_regex, select_by, ranks, case_sensitive)
         iterations = self._iterations(iterations, ranks)
-        slots = self._check_slots(slots)
+        slots = as_slot_set(slots)
         tensors = []
         for node in nodes:
             if node._info.output_slots:
@@ -175,15 +161,7 @@ class DumpAnalyzer:
     def get_input_nodes(self, node: Node) -> list[Node]:
         """Nodes whose outputs ``node`` reads, in input order (a ``Load`` of a parameter is shown as the
         parameter)."""
-        info = self._validate_node(node)
-        result = []
-        for name in info.inputs:
-            found = self._nodes.get((info.rank, info.graph_name, name))
-            if found is not None and found._info.op_type == "Load" and found._info.inputs:
-                found = self._nodes.get((info.rank, info.graph_name, found._info.inputs[0]), found)
-            if found is not None:
-                result.append(found)
-        return result
+        return self._table.input_nodes(self._validate_node(node))
 
     def get_output_nodes(self, node: Node) -> list[Node]:
         """Nodes that read an output of ``node``."""
@@ -246,7 +224,7 @@ class DumpAnalyzer:
 
     def _ranks(self, ranks: IntOrList) -> list[int]:
         available = self.get_ranks()
-        wanted = _as_int_list(ranks, "ranks")
+        wanted = as_int_list(ranks, "ranks")
         if wanted is None:
             return available
         missing = [r for r in wanted if r not in available]
@@ -255,23 +233,13 @@ class DumpAnalyzer:
         return wanted
 
     def _iterations(self, iterations: IntOrList, ranks: IntOrList = None) -> Optional[list[int]]:
-        wanted = _as_int_list(iterations, "iterations")
+        wanted = as_int_list(iterations, "iterations")
         if wanted is None:
             return None
         available = self.get_iterations(ranks)
         if wanted and not set(wanted) & set(available):
             raise ConfigError("iterations", iterations, f"iterations present in the dump: {available}")
         return [i for i in wanted if i in available]
-
-    def _node_iterations(self, info: NodeInfo, iterations: IntOrList) -> list[int]:
-        dumped = self._dump.iterations(info.rank, info.graph_id)
-        wanted = _as_int_list(iterations, "iterations")
-        return dumped if wanted is None else [i for i in dumped if i in set(wanted)]
-
-    @staticmethod
-    def _check_slots(slots: IntOrList) -> Optional[set[int]]:
-        wanted = _as_int_list(slots, "slots")
-        return None if wanted is None else set(wanted)
 
     def _validate_node(self, node: Node) -> NodeInfo:
         if not isinstance(node, Node):

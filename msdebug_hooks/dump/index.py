@@ -54,11 +54,6 @@ def _stem(flat: str) -> str:
     return _OP_SUFFIX.sub("", flat)
 
 
-def _op_number(flat: str) -> int:
-    match = re.search(r"-op(\d+)$", flat)
-    return int(match[1]) if match else -1
-
-
 class GraphIndex:
     """Nodes of every (rank, graph) and a per-iteration-directory lookup of their files."""
 

@@ -37,10 +37,6 @@ class TensorFile:
     format: str
     dtype: Optional[str]  # None for the older name format
 
-    @property
-    def is_output(self) -> bool:
-        return self.io == "output"
-
 
 def parse_tensor_file_name(path: Path | str, real_name: Optional[str] = None) -> Optional[TensorFile]:
     """Parse a tensor file name; ``None`` when the name is not a tensor file (``statistic.csv``, ``*.json``, ...).

@@ -3,38 +3,86 @@
 Names, properties and printed forms follow ``mindinsight.debugger`` so scripts written for it keep working:
 ``node.name`` is the full scope name (``Default/network-WithLossCell/_backbone-LeNet5/conv1-Conv2d/Conv2D-op0``) or the
 parameter name (``conv1.weight``); a ``DebuggerTensor`` is always an *output* of its node. Users do not build these;
-``DumpAnalyzer`` hands them out.
+``DumpAnalyzer`` hands them out from its :class:`NodeTable` (the nodes of the dump's index, which is all they need).
 """
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
 from msdebug_hooks.dump import npy
-from msdebug_hooks.dump.index import NodeInfo
-
-if TYPE_CHECKING:  # pragma: no cover
-    from msdebug_hooks.dump.analyzer import DumpAnalyzer
+from msdebug_hooks.dump.index import GraphIndex, NodeInfo
+from msdebug_hooks.errors import ConfigError
 
 NodeFeature = collections.namedtuple("NodeFeature", ["name", "rank", "stack", "graph_name", "root_graph_id"])
+IntOrList = Union[int, Sequence[int], None]
+
+
+def as_int_list(value: IntOrList, field: str) -> Optional[list[int]]:
+    """``value`` (an int, a list of ints or None) as a list of ints >= 0, or None; ``ConfigError`` naming ``field``."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    try:
+        items = list(items)
+    except TypeError:
+        raise ConfigError(field, value, "an int, a list of ints, or None") from None
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+            raise ConfigError(field, value, "an int >= 0, a list of them, or None")
+    return items
+
+
+def as_slot_set(slots: IntOrList) -> Optional[set[int]]:
+    wanted = as_int_list(slots, "slots")
+    return None if wanted is None else set(wanted)
+
+
+class NodeTable:
+    """Every node of a dump's index, by ``(rank, graph_name, name)``, and the links between them."""
+
+    def __init__(self, index: GraphIndex) -> None:
+        self.index = index
+        self.nodes: dict[tuple[int, str, str], Node] = {
+            key: Node._from_info(info, self) for key, info in index.nodes.items()}
+
+    def get(self, rank: int, graph_name: str, name: str) -> Optional["Node"]:
+        return self.nodes.get((rank, graph_name, name))
+
+    def input_nodes(self, info: NodeInfo) -> list["Node"]:
+        """Nodes whose outputs ``info``'s node reads, in input order (a ``Load`` of a parameter is the parameter)."""
+        result = []
+        for name in info.inputs:
+            found = self.get(info.rank, info.graph_name, name)
+            if found is not None and found._info.op_type == "Load" and found._info.inputs:
+                found = self.get(info.rank, info.graph_name, found._info.inputs[0]) or found
+            if found is not None:
+                result.append(found)
+        return result
+
+    def iterations(self, info: NodeInfo, iterations: IntOrList) -> list[int]:
+        """The dumped iterations of ``info``'s graph, restricted to ``iterations`` (None: all)."""
+        dumped = self.index.dump.iterations(info.rank, info.graph_id)
+        wanted = as_int_list(iterations, "iterations")
+        return dumped if wanted is None else [i for i in dumped if i in set(wanted)]
 
 
 class Node:
     """A node of the executed graph on one rank (an operator, a parameter or a constant)."""
 
     def __init__(self, node_feature: NodeFeature, *, _info: Optional[NodeInfo] = None,
-                 _analyzer: Optional["DumpAnalyzer"] = None) -> None:
+                 _table: Optional[NodeTable] = None) -> None:
         self._node_feature = node_feature
         self._info = _info
-        self._analyzer = _analyzer
+        self._table = _table
 
     @classmethod
-    def _from_info(cls, info: NodeInfo, analyzer: "DumpAnalyzer") -> "Node":
+    def _from_info(cls, info: NodeInfo, table: NodeTable) -> "Node":
         feature = NodeFeature(info.name, info.rank, [frame.as_dict() for frame in info.stack], info.graph_name,
                               info.graph_id)
-        return cls(feature, _info=info, _analyzer=analyzer)
+        return cls(feature, _info=info, _table=table)
 
     @property
     def name(self) -> str:
@@ -75,19 +123,19 @@ class Node:
     # ---- tensors ----------------------------------------------------------------------------------------------
     def get_output_tensors(self, iterations=None, slots=None) -> list["DebuggerTensor"]:
         """Output tensors of this node for the given iterations (default: all dumped) and slots (default: all)."""
-        analyzer = self._require_analyzer()
-        iterations = analyzer._node_iterations(self._info, iterations)
-        wanted = analyzer._check_slots(slots)
+        table = self._require_table()
+        iterations = table.iterations(self._info, iterations)
+        wanted = as_slot_set(slots)
         return [DebuggerTensor(self, slot, iteration)
                 for slot in self._info.output_slots if wanted is None or slot in wanted
                 for iteration in iterations]
 
     def get_input_tensors(self, iterations=None, slots=None) -> list["DebuggerTensor"]:
         """Output tensors of this node's input nodes; ``slots`` counts over the inputs in order."""
-        analyzer = self._require_analyzer()
-        wanted = analyzer._check_slots(slots)
+        table = self._require_table()
+        wanted = as_slot_set(slots)
         result, index = [], 0
-        for node in analyzer.get_input_nodes(self):
+        for node in table.input_nodes(self._info):
             node_slots = node._info.output_slots or (0,)
             chosen = [s for s in node._info.output_slots if wanted is None or index + s in wanted]
             if chosen:
@@ -95,10 +143,10 @@ class Node:
             index += len(node_slots)
         return result
 
-    def _require_analyzer(self) -> "DumpAnalyzer":
-        if self._analyzer is None or self._info is None:
+    def _require_table(self) -> NodeTable:
+        if self._table is None or self._info is None:
             raise ValueError(f"node {self.name!r} was not produced by a DumpAnalyzer; select nodes through one")
-        return self._analyzer
+        return self._table
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Node) and (self.rank, self.graph_name, self.name) == (
@@ -146,8 +194,8 @@ class DebuggerTensor:
     @property
     def file(self):
         """Path of the ``.npy`` holding this tensor, or ``None`` when it was not dumped."""
-        analyzer = self._node._require_analyzer()
-        found = analyzer._index.tensor_file(self._node._info, self._iteration, self._slot)
+        index = self._node._require_table().index
+        found = index.tensor_file(self._node._info, self._iteration, self._slot)
         return found.path if found else None
 
     def has_value(self) -> bool:
@@ -155,8 +203,8 @@ class DebuggerTensor:
 
     def previous(self) -> Optional["DebuggerTensor"]:
         """The same tensor at the previous iteration its graph ran, or ``None`` (first iteration)."""
-        analyzer = self._node._require_analyzer()
-        before = analyzer._index.previous_iteration(self._node._info, self._iteration)
+        index = self._node._require_table().index
+        before = index.previous_iteration(self._node._info, self._iteration)
         return None if before is None else DebuggerTensor(self._node, self._slot, before)
 
     def value(self) -> Optional[np.ndarray]:

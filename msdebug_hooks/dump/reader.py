@@ -104,13 +104,6 @@ class DumpDir:
         return sorted({i for (r, g, i) in self._iter_dirs
                        if (rank is None or r == rank) and (graph_id is None or g == graph_id)})
 
-    def iteration_keys(self) -> list[tuple[int, int, int]]:
-        """Every ``(rank, graph_id, iteration)`` holding data, sorted."""
-        return sorted(self._iter_dirs)
-
-    def iteration_dir(self, rank: int, graph_id: int, iteration: int) -> Optional[Path]:
-        return self._iter_dirs.get((rank, graph_id, iteration))
-
     def rank_dir(self, rank: int) -> Optional[Path]:
         return self._rank_dirs.get(rank)
 

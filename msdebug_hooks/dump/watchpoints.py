@@ -5,34 +5,25 @@ Each tensor is read once however many watchpoints name it, checked against all o
 value for change conditions) is alive at any time, whatever the dump's size. numpy releases the GIL in its
 reductions, so threads can use both cores on large tensors without copying them between processes.
 
-Error codes follow MindInsight: 1 NaN, 2 +/-Inf, 4 no previous tensor, 8 tensor larger than ``mem_limit``,
-32 tensor has no value (only reported with ``error_on_no_value=True``); and ours, 64: the tensor's file (or its
-previous value's) could not be read (truncated, corrupt, unreadable): one such record per watchpoint, with the reason
-in ``error_msg``, and the check goes on with the other tensors.
+Error codes (``conditions/error_codes.py``) follow MindInsight: 1 NaN, 2 +/-Inf, 4 no previous tensor, 8 tensor
+larger than ``mem_limit``, 32 tensor has no value (only reported with ``error_on_no_value=True``); and ours, 64: the
+tensor's file (or its previous value's) could not be read (truncated, corrupt, unreadable): one such record per
+watchpoint, with the reason in ``error_msg``, and the check goes on with the other tensors.
 """
 from __future__ import annotations
 
 import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
 from msdebug_hooks._files import os_error_text
+from msdebug_hooks.conditions.conditions import ConditionResult
+from msdebug_hooks.conditions.error_codes import ERROR_MEMORY_LIMIT, ERROR_NO_VALUE, ERROR_UNREADABLE, error_messages
 from msdebug_hooks.dump import npy
 from msdebug_hooks.dump.nodes import DebuggerTensor
 from msdebug_hooks.errors import ConfigError, DumpError
 
-ERROR_MESSAGES = (
-    "Tensor contains NaN.",
-    "A tensor contains +/-INF.",
-    "The previous step value cannot be found.",
-    "The tensor size exceeds the memory limit.",
-    "Graph history file is not available.",
-    "Tensor has no value.",
-    "The tensor file cannot be read",
-)
-ERROR_MEMORY_LIMIT, ERROR_NO_VALUE, ERROR_UNREADABLE = 8, 32, 64
 PARALLEL_MIN_BYTES = 1 << 20   # tensors from 1 MiB up are checked in worker threads
 
 
@@ -106,24 +97,13 @@ class HitDetail:
         return f"The setting for watchpoint is {setting}. The actual value of the tensor is {actual}."
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    hit: bool
-    error_code: int
-    params: tuple
-    reason: str = ""      # why the file could not be read (ERROR_UNREADABLE)
-
-
 class WatchpointHit:
     """A tensor that met a watchpoint's condition, or could not be checked (``error_code`` != 0)."""
 
-    def __init__(self, tensor: DebuggerTensor, watchpoint: Watchpoint, params: Sequence[Any],
-                 error_code: int, reason: str = "") -> None:
+    def __init__(self, tensor: DebuggerTensor, watchpoint: Watchpoint, result: ConditionResult) -> None:
         self._tensor = tensor
         self._watchpoint = watchpoint
-        self._params = tuple(params)
-        self._error_code = int(error_code)
-        self._reason = reason
+        self._result = result
 
     @property
     def tensor(self) -> DebuggerTensor:
@@ -135,14 +115,11 @@ class WatchpointHit:
 
     @property
     def error_code(self) -> int:
-        return self._error_code
+        return self._result.error_code
 
     @property
     def error_msg(self) -> list[str]:
-        messages = [text for bit, text in enumerate(ERROR_MESSAGES) if (self._error_code >> bit) & 1]
-        if self._error_code & ERROR_UNREADABLE:
-            messages[-1] += f": {self._reason}."
-        return messages
+        return error_messages(self._result.error_code, self._result.note)
 
     def get_threshold(self) -> Any:
         """The condition as the user set it."""
@@ -150,14 +127,14 @@ class WatchpointHit:
 
     def get_hit_detail(self) -> Optional[HitDetail]:
         """Measured values of the parameters that hit; ``None`` when ``error_code`` is not 0."""
-        if self._error_code:
+        if self.error_code:
             return None
-        return HitDetail(self._params, self._watchpoint.condition)
+        return HitDetail(self._result.params, self._watchpoint.condition)
 
     @property
     def params(self) -> tuple:
         """Every parameter result, hit or not (``name``, ``value``, ``hit``, ``actual_value``)."""
-        return self._params
+        return self._result.params
 
     def to_dict(self) -> dict:
         tensor, node = self._tensor, self._tensor.node
@@ -165,21 +142,21 @@ class WatchpointHit:
             "condition": _condition_name(self._watchpoint.condition),
             "threshold": _param_dict(self._watchpoint.condition),
             "iteration": tensor.iteration, "rank": tensor.rank, "graph_name": node.graph_name,
-            "node_name": node.name, "slot": tensor.slot, "error_code": self._error_code,
+            "node_name": node.name, "slot": tensor.slot, "error_code": self.error_code,
             "error_msg": self.error_msg,
             "params": [{"name": p.name, "value": _plain(p.value), "hit": bool(p.hit),
-                        "actual_value": _plain(p.actual_value)} for p in self._params],
+                        "actual_value": _plain(p.actual_value)} for p in self.params],
             "source": [f"{f['file_path']}:{f['line_no']}" for f in node.source_lines()],
         }
 
     def __repr__(self) -> str:
         return (f"WatchpointHit({_condition_name(self._watchpoint.condition)}, {self._tensor.node.name!r}, "
-                f"iteration={self._tensor.iteration}, slot={self._tensor.slot}, error_code={self._error_code})")
+                f"iteration={self._tensor.iteration}, slot={self._tensor.slot}, error_code={self.error_code})")
 
     def __str__(self) -> str:
         name = _condition_name(self._watchpoint.condition)
         threshold = _param_dict(self._watchpoint.condition)
-        if self._error_code:
+        if self.error_code:
             return (f"Watchpoint {name} check failed on tensor:\n{self._tensor}\nThreshold: {threshold}\n"
                     f"Error detail: {self.error_msg}")
         return (f"Watchpoint {name} triggered on tensor:\n{self._tensor}\nThreshold: {threshold}\n"
@@ -187,13 +164,14 @@ class WatchpointHit:
 
 
 def _check_one(tensor: DebuggerTensor, conditions: list, mem_limit_bytes: int,
-               error_on_no_value: bool) -> list[Optional[_Outcome]]:
-    """Outcomes of every condition on one tensor (``None`` = nothing to report)."""
+               error_on_no_value: bool) -> list[Optional[ConditionResult]]:
+    """The engine's result of every condition on one tensor (``None`` = nothing to report); a tensor that could not
+    be read is a result with its error code (and, for an unreadable file, the reason as its ``note``)."""
     from msdebug_hooks import conditions as engine
 
     path = tensor.file
     if path is None:
-        outcome = _Outcome(False, ERROR_NO_VALUE, ()) if error_on_no_value else None
+        outcome = ConditionResult(False, ERROR_NO_VALUE, ()) if error_on_no_value else None
         return [outcome for _ in conditions]
     try:
         header = npy.read_header(path)
@@ -205,16 +183,13 @@ def _check_one(tensor: DebuggerTensor, conditions: list, mem_limit_bytes: int,
                 previous_value = npy.load(previous_path)
         size = header.nbytes + (previous_value.nbytes if previous_value is not None else 0)
         if mem_limit_bytes and size > mem_limit_bytes:
-            return [_Outcome(False, ERROR_MEMORY_LIMIT, ()) for _ in conditions]
+            return [ConditionResult(False, ERROR_MEMORY_LIMIT, ()) for _ in conditions]
         value = npy.load(path, header=header)
     except (DumpError, OSError, ValueError) as exc:   # one bad file is one record, not the end of the check
         reason = os_error_text(exc) if isinstance(exc, OSError) else str(exc)
-        return [_Outcome(False, ERROR_UNREADABLE, (), reason) for _ in conditions]
-    outcomes = []
-    for result in engine.check_many(conditions, value, previous_value):   # one statistics pass for all
-        report = result.hit or result.error_code
-        outcomes.append(_Outcome(bool(result.hit), int(result.error_code), tuple(result.params)) if report else None)
-    return outcomes
+        return [ConditionResult(False, ERROR_UNREADABLE, (), reason) for _ in conditions]
+    # one statistics pass for all
+    return [result if result.reportable else None for result in engine.check_many(conditions, value, previous_value)]
 
 
 def check_watchpoints(watchpoints: Sequence[Watchpoint], order_key, *, error_on_no_value: bool = False,
@@ -238,7 +213,7 @@ def check_watchpoints(watchpoints: Sequence[Watchpoint], order_key, *, error_on_
         tensor = tensors[position]
         indices = plan[tensor]
         outcomes = _check_one(tensor, [watchpoints[i].condition for i in indices], limit, error_on_no_value)
-        results[position] = [WatchpointHit(tensor, watchpoints[i], outcome.params, outcome.error_code, outcome.reason)
+        results[position] = [WatchpointHit(tensor, watchpoints[i], outcome)
                              for i, outcome in zip(indices, outcomes) if outcome is not None]
 
     if workers <= 1:
