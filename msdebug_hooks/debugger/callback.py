@@ -26,7 +26,7 @@ operator-overflow condition, which a client that sees only step ends cannot eval
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from mindspore.train import Callback
 
@@ -140,7 +140,7 @@ class DebuggerCallback(Callback):
         self.device_id = device_id
         self.partial_memory = bool(partial_memory)
         self.session: Optional[DebuggerSession] = None
-        self._tensors: Optional[NetworkTensors] = None
+        self._tensors: Union[NetworkTensors, DumpTensorSource, None] = None   # the session's TensorSource
         self._step_end_once = OncePerStep(self._step_end)
         self._wrapped: list = []             # callbacks listed before us that run our step end first
         self._loss_monitored = False         # a LossMonitor follows: say so when a step's loss is not finite

@@ -44,7 +44,7 @@ class TensorViewer:
         if cmd.level != pb.ViewCMD.base:
             budget = self.max_view_bytes
             for i, value in enumerate(values):
-                size = int(getattr(value, "nbytes", 0))
+                size = int(getattr(value, "nbytes", 0))   # a provider may hand back a plain number
                 if size > budget:
                     values[i] = None
                     refused += 1
