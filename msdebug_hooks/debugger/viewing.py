@@ -12,6 +12,7 @@ import numpy as np
 
 from msdebug_hooks._log import get_logger
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.sources import TensorSource
 from msdebug_hooks.debugger.transport import Transport, TransportError
 from msdebug_hooks.debugger.validate import RateLimitedLog
@@ -38,7 +39,7 @@ class TensorViewer:
     def answer(self, cmd: pb.ViewCMD, step: int) -> int:
         """Send the answer to ``cmd`` at ``step``; returns how many requests were refused for the budget."""
         requests = list(cmd.tensors)
-        values = [self._value(*lookup_key(r), step) for r in requests]
+        values = [self._value(r, step) for r in requests]
         self._capture_viewed([lookup_key(r)[0] for r, v in zip(requests, values) if v is None])
         refused = 0
         if cmd.level != pb.ViewCMD.base:
@@ -64,8 +65,9 @@ class TensorViewer:
             self._refusals.warning("view-send", f"debugger: could not send the requested tensors: {exc}")
         return refused
 
-    def _value(self, name: str, slot: str, previous: bool, step: int) -> Optional[np.ndarray]:
+    def _value(self, request: graph_pb.TensorProto, step: int) -> Optional[np.ndarray]:
         """A requested tensor's value now, or (``iter="prev"``) at the last suspension point."""
+        name, slot, previous = lookup_key(request)
         tensor = self.source.tensor_name(name) or name
         if previous:   # kept for watched parameters only, as MindSpore did
             return self.source.previous(tensor, slot) if step > 0 else None
