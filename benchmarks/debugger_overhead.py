@@ -286,7 +286,7 @@ def _view_throughput(repeats: int) -> tuple[float, float]:
             raw.append(time.perf_counter() - start)
             start = time.perf_counter()
             session._on_view(request)                # the whole client path: read, answer, chunk, stream
-            session._current.clear()                 # read the parameter again next time, as a new view would
+            session.tensors.forget_current()          # read the parameter again next time, as a new view would
             client.append(time.perf_counter() - start)
         transport.close()
     finally:

@@ -76,7 +76,7 @@ _EXPORTS = {
     "compare_weights": "msdebug_hooks.compare.weights",
     # online debugger client
     "DebuggerCallback": "msdebug_hooks.debugger.callback",
-    "DistributedDebugger": "msdebug_hooks.callbacks.distributed_debugger",
+    "DistributedDebugger": "msdebug_hooks.debugger.distributed",
     # our own debugger server (grpc, imported on first use)
     "DebuggerServer": "msdebug_hooks.server.server",
 }

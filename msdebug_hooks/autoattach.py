@@ -26,6 +26,8 @@ import threading
 from types import ModuleType
 from typing import Any, Callable, List, Optional, Sequence
 
+from msdebug_hooks.config import debugger_env
+
 CallbackFactory = Callable[[], Sequence[Any]]
 
 _TARGET_MODULE = "mindspore.train.model"
@@ -69,7 +71,7 @@ def install_from_env() -> None:
     ``MS_DEBUGGER_SOURCE=dump`` also sets MindSpore's dump up now, before anything compiles (``dump_scratch``).
     """
     register(_debugger_from_env)
-    if os.environ.get("MS_DEBUGGER_SOURCE", "").strip().lower() == "dump":
+    if os.environ.get(debugger_env.SOURCE, "").strip().lower() == "dump":
         from msdebug_hooks.debugger.dump_scratch import configure_early
 
         configure_early()
@@ -79,7 +81,7 @@ def _debugger_from_env() -> Sequence[Any]:
     from msdebug_hooks.rank import world_size
 
     if world_size() > 1:   # msrun job: rank 0 connects, the other ranks follow (MindInsight serves one device)
-        from msdebug_hooks.callbacks.distributed_debugger import DistributedDebugger
+        from msdebug_hooks.debugger.distributed import DistributedDebugger
 
         return [DistributedDebugger.from_env()]
     from msdebug_hooks.debugger.callback import DebuggerCallback  # imports mindspore: only at training time

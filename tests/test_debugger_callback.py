@@ -279,7 +279,7 @@ def test_waiting_for_a_server_that_starts_later_logs_progress_then_connects(capl
             assert result == [True] and session.state is SessionState.SUSPENDED
             assert len(server.recorded.metadata) == 1 and len(server.recorded.graph_streams) == 1
             session.close()
-    lines = [r.getMessage() for r in caplog.records if "waits at step 0 for the MindInsight" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if "waits at step 0 for the debugger server" in r.getMessage()]
     assert 1 <= len(lines) <= 4 and f"127.0.0.1:{port}" in lines[0]
 
 

@@ -7,6 +7,8 @@ from msdebug_hooks._proto import debug_grpc_pb2 as pb
 from msdebug_hooks.debugger.graph import build_graph, scope_of
 from msdebug_hooks.debugger.transport import Transport
 
+from transport_test_calls import start_wait_cmd
+
 WEIGHTS = ["conv1.weight", "conv2.weight", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"]
 BACKBONE = "Default/network-WithLossCell/_backbone-LeNet5"
 
@@ -68,7 +70,7 @@ def test_mindinsight_lists_the_weights_and_watches_exactly_them(lenet_graph, min
         assert transport.send_metadata(pb.Metadata(device_name="0:0", backend="GPU", ms_version="2.10.0",
                                                    graph_num=1)).version_matched
         transport.send_graph(graph.proto.SerializeToString())
-        wait = transport.start_wait_cmd(pb.Metadata(device_name="0:0", cur_step=0, backend="GPU"))
+        wait = start_wait_cmd(transport, pb.Metadata(device_name="0:0", cur_step=0, backend="GPU"))
         rest.wait_for_state("waiting")
 
         found = [n["name"] for n in _walk(rest.search("", node_category="weight")["nodes"])
@@ -86,11 +88,11 @@ def test_mindinsight_lists_the_weights_and_watches_exactly_them(lenet_graph, min
         watched = sorted(n.node_name for n in command.set_cmd.watch_nodes)
         assert watched == sorted(found)
         assert command.set_cmd.watch_condition.condition == pb.WatchCondition.tensor_too_large
-        wait = transport.start_wait_cmd(pb.Metadata(device_name="0:0", cur_step=0, backend="GPU"))
+        wait = start_wait_cmd(transport, pb.Metadata(device_name="0:0", cur_step=0, backend="GPU"))
         while (command := wait.result(timeout=20)).WhichOneof("cmd") != "run_cmd" or \
                 command.run_cmd.run_level != "step":     # the recheck MindInsight queues at step 0 comes first
-            wait = transport.start_wait_cmd(pb.Metadata(device_name="0:0", cur_step=0, backend="GPU"))
-        wait = transport.start_wait_cmd(pb.Metadata(device_name="0:0", cur_step=1, backend="GPU"))
+            wait = start_wait_cmd(transport, pb.Metadata(device_name="0:0", cur_step=0, backend="GPU"))
+        wait = start_wait_cmd(transport, pb.Metadata(device_name="0:0", cur_step=1, backend="GPU"))
         rest.wait_for(lambda r: r["metadata"]["step"] == 1 and r["metadata"]["state"] == "waiting", what="step 1")
         rest.terminate()
         assert wait.result(timeout=20).exit

@@ -13,6 +13,8 @@ from msdebug_hooks._proto import debug_grpc_pb2 as pb
 from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.transport import Transport
 
+from transport_test_calls import send_tensors, start_wait_cmd
+
 pytestmark = [pytest.mark.mindinsight, pytest.mark.timeout(300)]
 
 SCOPE = "Default/network-Net/fc-Dense"
@@ -70,7 +72,7 @@ def connected(mindinsight_server):
 def test_graph_appears_waiting_and_run_step_and_terminate_reach_the_client(connected, mindinsight_server):
     rest = mindinsight_server.rest
     assert connected.send_graph(minimal_graph().SerializeToString()).status == pb.EventReply.OK
-    wait = connected.start_wait_cmd(_metadata(0))
+    wait = start_wait_cmd(connected, _metadata(0))
 
     reply = rest.wait_for_state("waiting")
     meta = reply["metadata"]
@@ -89,7 +91,7 @@ def test_graph_appears_waiting_and_run_step_and_terminate_reach_the_client(conne
     assert command.WhichOneof("cmd") == "run_cmd"
     assert (command.run_cmd.run_level, command.run_cmd.run_steps) == ("step", 1)
 
-    wait = connected.start_wait_cmd(_metadata(1))                    # the step ran; suspend at its end
+    wait = start_wait_cmd(connected, _metadata(1))                    # the step ran; suspend at its end
     assert rest.wait_for(lambda r: r["metadata"]["step"] == 1 and r["metadata"]["state"] == "waiting",
                          what="step 1 waiting")["metadata"]["step"] == 1
     rest.terminate()
@@ -104,7 +106,7 @@ def test_a_weight_over_4mib_is_viewed_through_chunked_tensors(connected, mindins
     rest = mindinsight_server.rest
     weight = np.random.default_rng(7).standard_normal((1000, 1200)).astype(np.float32)
     connected.send_graph(minimal_graph(1000, 1200).SerializeToString())
-    wait = connected.start_wait_cmd(_metadata(0))
+    wait = start_wait_cmd(connected, _metadata(0))
     rest.wait_for_state("waiting")
 
     rest.tensor_history(WEIGHT)
@@ -114,7 +116,7 @@ def test_a_weight_over_4mib_is_viewed_through_chunked_tensors(connected, mindins
     assert (request.node_name, request.slot, request.iter, request.truncate) == (WEIGHT, "0", "", True)
     connected.send_tensor_bases([pb.TensorBase(data_type=graph_pb.DT_FLOAT32, shape=weight.shape,
                                                data_size=weight.nbytes)])
-    wait = connected.start_wait_cmd(_metadata(0))
+    wait = start_wait_cmd(connected, _metadata(0))
     history = _until(lambda: rest.tensor_history(WEIGHT)["tensor_history"][0], lambda h: "shape" in h)
     assert (history["shape"], history["dtype"]) == ([1000, 1200], "DT_FLOAT32")
 
@@ -122,10 +124,10 @@ def test_a_weight_over_4mib_is_viewed_through_chunked_tensors(connected, mindins
     command = wait.result(timeout=20)
     assert command.view_cmd.level == pb.ViewCMD.value
     (request,) = command.view_cmd.tensors
-    connected.send_tensors([graph_pb.TensorProto(
+    send_tensors(connected, [graph_pb.TensorProto(
         node_name=request.node_name, slot=request.slot, iter=request.iter, truncate=request.truncate,
         tensor_content=weight.tobytes(), dims=weight.shape, data_type=graph_pb.DT_FLOAT32)])
-    wait = connected.start_wait_cmd(_metadata(0))
+    wait = start_wait_cmd(connected, _metadata(0))
 
     shown = _until(lambda: rest.tensor_value(f"{WEIGHT}:0", shape="[0:2, 0:3]")["tensor_value"],
                    lambda v: v["tensor_status"] == "cached")

@@ -11,7 +11,7 @@ from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.dtypes import data_type, numpy_dtype, wire_array
 from msdebug_hooks.debugger.heartbeat import Heartbeat
 from msdebug_hooks.debugger.transport import Transport
-from msdebug_hooks.debugger.views import base_answer, lookup_key, stats_answer, tensor_answer
+from msdebug_hooks.debugger.views import base_answer, lookup_key, stats_answer, tensor_value_answer
 
 from debug_test_server import DebugTestServer
 from mindinsight_server import free_port
@@ -36,12 +36,14 @@ def test_answers_echo_the_request_and_describe_the_value():
     assert lookup_key(request) == ("fc.weight", "0", True)
     assert lookup_key(graph_pb.TensorProto(node_name="Default/net/ReLU-op3", slot="1")) == \
         ("Default/net/ReLU-op3", "1", False)
-    answer = tensor_answer(request, np.arange(6, dtype=np.int64).reshape(2, 3))
+    value = np.arange(6, dtype=np.int64).reshape(2, 3)
+    answer, content = tensor_value_answer(request, value)
     assert (answer.node_name, answer.iter, answer.truncate, answer.finished) == \
         (request.node_name, "prev", True, True)
     assert (list(answer.dims), answer.data_type) == ([2, 3], graph_pb.DT_INT64)
-    missing = tensor_answer(request, None)
-    assert missing.finished and not missing.tensor_content and not missing.dims
+    assert bytes(content) == value.tobytes()
+    missing, nothing = tensor_value_answer(request, None)
+    assert missing.finished and not missing.tensor_content and not missing.dims and len(nothing) == 0
     assert (base_answer(None).data_type, list(base_answer(None).shape)) == (0, [0])
     scalar = base_answer(np.float32(2.5))
     assert (scalar.data_type, list(scalar.shape), scalar.data_size) == (graph_pb.DT_FLOAT32, [], 4)

@@ -195,7 +195,7 @@ def test_a_paused_training_logs_progress_until_continued(session, server, caplog
         server.command(_run())
         worker.join(5)
     assert result == [Decision.RUN]
-    assert any("training paused at step 0, waiting for MindInsight" in r.message for r in caplog.records)
+    assert any("training paused at step 0, waiting for the debugger server" in r.message for r in caplog.records)
 
 
 def test_repeated_failed_waits_lose_the_server_and_training_goes_on(session, server):

@@ -12,7 +12,6 @@ import time
 import numpy as np
 import pytest
 
-from msdebug_hooks.training_loop import loss_value
 from msdebug_hooks.debugger.graph import build_graph
 from msdebug_hooks.debugger.session import Decision, DebuggerSession
 from msdebug_hooks.debugger.tensors import NetworkTensors
@@ -33,7 +32,7 @@ def _step_hook(session: DebuggerSession, tensors: NetworkTensors, log: list):
 
         def on_train_step_end(self, run_context):
             log.append("step")
-            tensors.set_loss(loss_value(run_context.original_args().net_outputs))
+            tensors.set_outputs(run_context.original_args().net_outputs)
             if session.step_end() is Decision.EXIT:
                 run_context.request_stop()
 

@@ -10,11 +10,11 @@ import pytest
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
 from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.transport import (
-    CHUNK_BYTES, RequestTimeout, ServerError, ServerUnavailable, Transport, TransportClosed, graph_chunks,
-    tensor_chunks)
+    CHUNK_BYTES, RequestTimeout, ServerError, ServerUnavailable, Transport, TransportClosed, graph_chunks)
 
 from debug_test_server import DebugTestServer, reassemble_tensors
 from mindinsight_server import free_port
+from transport_test_calls import send_multi_graphs, send_tensors, start_wait_cmd, tensor_chunks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,10 +57,10 @@ def test_large_tensors_and_graphs_cross_a_server_with_the_default_4mib_limit():
     serialized = big_graph.SerializeToString()
     assert len(serialized) > 4 * 1024 * 1024
     with DebugTestServer() as server, Transport(server.address) as transport:
-        assert transport.send_tensors([_tensor("Default/net/w", weights), _tensor("Default/net/b", small),
+        assert send_tensors(transport, [_tensor("Default/net/w", weights), _tensor("Default/net/b", small),
                                        graph_pb.TensorProto(node_name="Default/net/missing", slot="0")]).status == 0
         transport.send_graph(serialized)
-        transport.send_multi_graphs([serialized, graph_pb.GraphProto(name="kernel_graph_1").SerializeToString()])
+        send_multi_graphs(transport, [serialized, graph_pb.GraphProto(name="kernel_graph_1").SerializeToString()])
     pieces = server.recorded.tensor_streams[0]
     assert len(pieces) == 4 and all(p.ByteSize() <= CHUNK_BYTES for p in pieces)
     whole = reassemble_tensors(pieces)
@@ -75,7 +75,7 @@ def test_large_tensors_and_graphs_cross_a_server_with_the_default_4mib_limit():
 
 def test_wait_cmd_blocks_until_a_command_arrives():
     with DebugTestServer() as server, Transport(server.address, timeout=2) as transport:
-        handle = transport.start_wait_cmd(pb.Metadata(device_name="0:0", cur_step=4))
+        handle = start_wait_cmd(transport, pb.Metadata(device_name="0:0", cur_step=4))
         server.wait_for_waits(1)
         time.sleep(0.3)
         assert not handle.done()                         # no deadline: still waiting past nothing
@@ -139,7 +139,7 @@ def _raises(fn, *args):
 
 def test_serialized_pieces_parse_to_exactly_the_chunked_messages():
     """The copy-free view path writes tensor_content by hand; the server must read what tensor_chunks sends."""
-    from msdebug_hooks.debugger.transport import serialized_tensor_pieces, tensor_chunks
+    from msdebug_hooks.debugger.transport import serialized_tensor_pieces
 
     array = np.arange(300_000, dtype=np.float64)          # 2.4 MB: 3 pieces at 1 MiB
     header = graph_pb.TensorProto(node_name="Default/net/fc.weight", slot="0", iter="prev", truncate=True,

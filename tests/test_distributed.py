@@ -155,4 +155,4 @@ def test_mindinsight_pause_and_terminate_on_rank_0_stop_both_ranks_cleanly(tmp_p
     assert "follows the debugger of rank 0" in job.worker_log(1)
     for rank in (0, 1):
         line = next(l for l in job.worker_log(rank).splitlines() if "stopping training on all 2 ranks" in l)
-        assert f"step {paused}: rank 0: MindInsight asked to terminate the training at step {paused}" in line
+        assert f"step {paused}: rank 0: the debugger server asked to terminate the training at step {paused}" in line

@@ -3,7 +3,8 @@
 MindSpore 2.10 reads the dump config once, at the first graph compile, and reports one mistake per run, hours into a
 queued job; several mistakes are silent (``"iteration": "0-"`` dumps nothing, unknown keys are ignored). ``DumpConfig``
 checks everything up front: every rejection MindSpore would raise is a :class:`~msdebug_hooks.errors.ConfigError`
-(all of them at once), every silent trap a :class:`DumpConfigWarning`. The rules are in ``_dump_rules.py``.
+(all of them at once), every silent trap a :class:`DumpConfigWarning`. The rules are in ``_dump_keys.py`` (per key)
+and ``_dump_rules.py`` (across keys).
 
 Example::
 
@@ -23,6 +24,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from msdebug_hooks import _files
 from msdebug_hooks._log import get_logger
+from msdebug_hooks.config import _dump_keys
 from msdebug_hooks.config import _dump_rules as rules
 from msdebug_hooks.config._common import ConfigWarning
 from msdebug_hooks.errors import ConfigError, ConfigErrors
@@ -358,7 +360,7 @@ def _no_duplicates(pairs: list, duplicates: list) -> dict:
     return result
 
 
-_OWN_FILES = {os.path.abspath(__file__), os.path.abspath(rules.__file__)}
+_OWN_FILES = {os.path.abspath(__file__), os.path.abspath(rules.__file__), os.path.abspath(_dump_keys.__file__)}
 
 
 def _warn_user(messages: Sequence[str]) -> None:

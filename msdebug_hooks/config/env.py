@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from msdebug_hooks._files import os_error_text
+from msdebug_hooks.config import debugger_env
 from msdebug_hooks.config._common import closest_name
 from msdebug_hooks.errors import ConfigError, ConfigErrors
 
@@ -105,26 +106,27 @@ VARIABLES: Tuple[EnvVariable, ...] = (
     EnvVariable("MS_RDR_MODE", "rdr", "RDR export: 1 on failure, 2 on failure or normal end", IGNORED),
     EnvVariable("MS_RDR_PATH", "rdr", "RDR root directory; data in <path>/rank_<id>/rdr/", IGNORED),
     # online debugger
-    EnvVariable("ENABLE_MS_DEBUGGER", "debugger", "attach the online debugger (1/True) to Model.train", MSDEBUG,
+    EnvVariable(debugger_env.SWITCH, "debugger", "attach the online debugger (1/True) to Model.train", MSDEBUG,
                 "MindSpore 2.10 has no online debugger; msdebug-hooks' .pth hook and DebuggerCallback read it"),
-    EnvVariable("MS_DEBUGGER_HOST", "debugger", "debugger server host (MindInsight protocol)", MSDEBUG),
-    EnvVariable("MS_DEBUGGER_PORT", "debugger", "debugger server port, 1-65535", MSDEBUG),
-    EnvVariable("MS_DEBUGGER_PARTIAL_MEM", "debugger", "old MindSpore: give back part of the memory reuse debugging "
+    EnvVariable(debugger_env.HOST, "debugger", "debugger server host (MindInsight protocol)", MSDEBUG),
+    EnvVariable(debugger_env.PORT, "debugger", "debugger server port, 1-65535", MSDEBUG),
+    EnvVariable(debugger_env.PARTIAL_MEM, "debugger", "old MindSpore: give back part of the memory reuse debugging "
                 "turned off", MSDEBUG, "accepted and has nothing to do: msdebug-hooks' debugger reads parameters and "
                 "the loss between steps and never changes MindSpore's memory settings"),
-    EnvVariable("MS_DEBUGGER_SOURCE", "debugger", "tensors the debugger serves: light (parameters, loss) or dump "
+    EnvVariable(debugger_env.SOURCE, "debugger", "tensors the debugger serves: light (parameters, loss) or dump "
                 "(every operator, from a per-step sync dump)", MSDEBUG),
-    EnvVariable("MS_DEBUGGER_DUMP_DIR", "debugger", "scratch directory of the dump source (default /dev/shm)", MSDEBUG),
-    EnvVariable("MS_DEBUGGER_DUMP_KERNELS", "debugger", "dump source: only these kernels (op types, names, "
+    EnvVariable(debugger_env.DUMP_DIR, "debugger", "scratch directory of the dump source (default /dev/shm)", MSDEBUG),
+    EnvVariable(debugger_env.DUMP_KERNELS, "debugger", "dump source: only these kernels (op types, names, "
                 "name-regex(...)), comma-separated", MSDEBUG),
-    EnvVariable("MS_DEBUGGER_TLS_CA", "debugger", "PEM CA of a TLS debugger server; setting it turns TLS on", MSDEBUG),
-    EnvVariable("MS_DEBUGGER_TLS_CERT", "debugger", "PEM client certificate for mutual TLS", MSDEBUG),
-    EnvVariable("MS_DEBUGGER_TLS_KEY", "debugger", "PEM private key of the client certificate", MSDEBUG),
-    EnvVariable("MS_DEBUGGER_TLS_SERVER_NAME", "debugger", "host name to check the server certificate against",
+    EnvVariable(debugger_env.TLS_VARIABLES["ca"], "debugger", "PEM CA of a TLS debugger server; setting it turns TLS "
+                "on", MSDEBUG),
+    EnvVariable(debugger_env.TLS_VARIABLES["cert"], "debugger", "PEM client certificate for mutual TLS", MSDEBUG),
+    EnvVariable(debugger_env.TLS_VARIABLES["key"], "debugger", "PEM private key of the client certificate", MSDEBUG),
+    EnvVariable(debugger_env.TLS_VARIABLES["server_name"], "debugger", "host name to check the server certificate "
+                "against", MSDEBUG),
+    EnvVariable(debugger_env.ON_LOST, "debugger", "server lost while paused: continue (default) or stop",
                 MSDEBUG),
-    EnvVariable("MSDEBUG_DEBUGGER_ON_LOST", "debugger", "server lost while paused: continue (default) or stop",
-                MSDEBUG),
-    EnvVariable("MSDEBUG_DEBUGGER_WAIT", "debugger", "1: wait for the debugger server instead of training on "
+    EnvVariable(debugger_env.WAIT, "debugger", "1: wait for the debugger server instead of training on "
                 "without it (msdebug run --wait)", MSDEBUG),
     # training control
     EnvVariable("MS_ENABLE_GRACEFUL_EXIT", "train", "1 lets OnRequestExit stop training cleanly on a signal", HONOURED,
@@ -212,11 +214,11 @@ def _check_vlog(value: str) -> List[Finding]:
 
 
 def _check_debugger_switch(value: str) -> List[Finding]:
-    text = value.strip().lower()
-    if text not in ("1", "true", "0", "false", ""):
-        return [Finding(PROBLEM, f"ENABLE_MS_DEBUGGER={value!r} is not allowed: 1 or true attach the debugger, "
+    enabled = debugger_env.read_flag(value)
+    if enabled is None:
+        return [Finding(PROBLEM, f"{debugger_env.SWITCH}={value!r} is not allowed: 1 or true attach the debugger, "
                                  "0, false or empty do not (anything else silently does not attach it)")]
-    if text in ("1", "true") and not _autoattach_installed():
+    if enabled and not _autoattach_installed():
         return [Finding(NOTE, "msdebug_hooks_autoattach.pth is not in site-packages (editable install?): the "
                               "debugger attaches only through 'msdebug run' or an explicit DebuggerCallback")]
     return []
@@ -236,9 +238,8 @@ def _check_one_of(name: str, value: str, allowed: Tuple[str, ...], effect: str) 
 
 
 def _check_port(value: str) -> List[Finding]:
-    text = value.strip()
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        return [Finding(PROBLEM, f"MS_DEBUGGER_PORT={value!r} is not allowed: a port number 1-65535")]
+    if debugger_env.read_port(value) is None:
+        return [Finding(PROBLEM, f"{debugger_env.PORT}={value!r} is not allowed: a port number 1-65535")]
     return []
 
 
@@ -252,8 +253,8 @@ _VALUE_CHECKS: Dict[str, Callable[[str], List[Finding]]] = {
         "MINDSPORE_DUMP_IGNORE_USELESS_OUTPUT", v, ("0", "1"), "1 skips unused outputs"),
     "GLOG_logfile_mode": _check_octal,
     "VLOG_v": _check_vlog,
-    "ENABLE_MS_DEBUGGER": _check_debugger_switch,
-    "MS_DEBUGGER_PORT": _check_port,
+    debugger_env.SWITCH: _check_debugger_switch,
+    debugger_env.PORT: _check_port,
     "MS_ENABLE_GRACEFUL_EXIT": lambda v: [] if v == "1" else [Finding(
         NOTE, f"MS_ENABLE_GRACEFUL_EXIT={v!r}: only the exact value '1' enables graceful exit")],
 }

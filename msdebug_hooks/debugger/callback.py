@@ -26,7 +26,7 @@ operator-overflow condition, which a client that sees only step ends cannot eval
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from mindspore.train import Callback
 
@@ -140,7 +140,7 @@ class DebuggerCallback(Callback):
         self.device_id = device_id
         self.partial_memory = bool(partial_memory)
         self.session: Optional[DebuggerSession] = None
-        self._tensors: Optional[NetworkTensors] = None
+        self._tensors: Union[NetworkTensors, DumpTensorSource, None] = None   # the session's TensorSource
         self._step_end_once = OncePerStep(self._step_end)
         self._wrapped: list = []             # callbacks listed before us that run our step end first
         self._loss_monitored = False         # a LossMonitor follows: say so when a step's loss is not finite
@@ -204,8 +204,8 @@ class DebuggerCallback(Callback):
         if not self.session.connect(wait_for_server=self.wait_for_server, timeout=self.connect_timeout):
             return
         if self.session.suspend() is Decision.EXIT:
-            request_stop(run_context, _LOG, "MindInsight asked to terminate the training at step 0 (Model.train "
-                                            "checks for a stop after a step, so one step still runs)")
+            request_stop(run_context, _LOG, "the debugger server asked to terminate the training at step 0 "
+                                            "(Model.train checks for a stop after a step, so one step still runs)")
 
     def _go_first(self, params, owner: Any) -> None:
         from mindspore.train import LossMonitor
@@ -234,7 +234,8 @@ class DebuggerCallback(Callback):
         if self._loss_monitored:
             self._warn_if_loss_not_finite(outputs, session.step + 1)
         if session.step_end() is Decision.EXIT:
-            request_stop(run_context, _LOG, f"MindInsight asked to terminate the training at step {session.step}")
+            request_stop(run_context, _LOG,
+                         f"the debugger server asked to terminate the training at step {session.step}")
 
     def on_train_step_begin(self, run_context) -> None:
         """Delete the last step's dump files (also when detached: MindSpore keeps dumping every step). Not at the

@@ -19,16 +19,15 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from msdebug_hooks._log import get_logger
+from msdebug_hooks.config import debugger_env
+from msdebug_hooks.config.debugger_env import SOURCES
 from msdebug_hooks.errors import ConfigError
 
 __all__ = ["SOURCES", "ENV_SOURCE", "ENV_DUMP_DIR", "ENV_DUMP_KERNELS", "NET_NAME", "source_options_from_env",
            "scratch_base", "make_scratch", "configure_early", "adopt_early"]
 
 _LOG = get_logger("debugger")
-SOURCES = ("light", "dump")
-ENV_SOURCE = "MS_DEBUGGER_SOURCE"              # "light" (default) or "dump"
-ENV_DUMP_DIR = "MS_DEBUGGER_DUMP_DIR"          # scratch parent directory for the dump source
-ENV_DUMP_KERNELS = "MS_DEBUGGER_DUMP_KERNELS"  # comma-separated kernels / op types to dump (default: all)
+ENV_SOURCE, ENV_DUMP_DIR, ENV_DUMP_KERNELS = debugger_env.SOURCE, debugger_env.DUMP_DIR, debugger_env.DUMP_KERNELS
 _DUMP_PATH_OK = re.compile(r"^/[A-Za-z0-9_/-]*$")   # MindSpore's rule for a dump path
 NET_NAME = "Net"                               # the dump's net_name (directory level)
 _PREFIX = "msdebug_dump_"   # + "<pid>_<random>": directories of dead processes are removed at the next start

@@ -49,6 +49,7 @@ from msdebug_hooks.debugger.dump_scratch import (ENV_DUMP_DIR, ENV_DUMP_KERNELS,
                                                   adopt_early, make_scratch, scratch_base, source_options_from_env)
 from msdebug_hooks.debugger.graph import DebugGraph
 from msdebug_hooks.debugger.pb_graph import debug_graph_from_dump, find_graph, output_count, read_model_graph
+from msdebug_hooks.debugger.sources import TensorSource
 from msdebug_hooks.dump import npy
 from msdebug_hooks.dump.layout import flatten_name, parse_tensor_file_name
 from msdebug_hooks.errors import ConfigError
@@ -60,11 +61,9 @@ _LOG = get_logger("debugger")
 _NET_NAME = NET_NAME
 
 
-class DumpTensorSource:
-    """Tensors of every operator of the current step, from a per-step sync dump (see the module docstring).
-
-    It is a tensor provider for ``DebuggerSession``: ``tensor_name(watch node)``, ``slots(tensor)``,
-    ``value(tensor, slot)`` and ``__call__(name)``.
+class DumpTensorSource(TensorSource):
+    """Tensors of every operator of the current step, from a per-step sync dump (see the module docstring): a
+    ``TensorSource`` whose every node with a value is watchable and viewable, on every output slot.
 
     Args:
         dump_dir: parent of the scratch directory (default: ``/dev/shm``, else the temp dir).
@@ -75,6 +74,7 @@ class DumpTensorSource:
         if isinstance(kernels, str) or not all(isinstance(k, str) and k for k in kernels):
             raise ConfigError("kernels", kernels, "a list of non-empty strings (kernel names, op types or "
                                                   "'name-regex(...)')")
+        super().__init__()
         self.kernels = list(kernels)
         self._base = scratch_base(dump_dir)
         self.root: Optional[Path] = None
@@ -108,7 +108,8 @@ class DumpTensorSource:
             raise ConfigError("run_context.original_args().train_dataset", dataset,
                               "a mindspore.dataset Dataset (Model.train passes it)",
                               detail="the dump source compiles the network for the dataset's shapes before step 0, "
-                                     "so that MindInsight gets the dump's graph; use the light source otherwise")
+                                     "so that the debugger server gets the dump's graph; use the light source "
+                                     "otherwise")
         _compile(network, dataset)
         dump = self.root / "dump"
         ranks = sorted(dump.glob("rank_*")) if dump.is_dir() else []
@@ -175,7 +176,7 @@ class DumpTensorSource:
     def set_outputs(self, net_outputs: Any, inputs: Any = None) -> None:
         """The loss comes from the dump like every other op output; nothing to keep."""
 
-    # -- the provider interface of DebuggerSession --------------------------------------------------------------
+    # -- the TensorSource interface -----------------------------------------------------------------------------
     def tensor_name(self, node_name: str) -> Optional[str]:
         """The tensor key behind a watch-node / requested node name: an op's full name, or a parameter's bare
         name (MindInsight shows parameters scoped, e.g. under ``Parameter[N]_k/``)."""
@@ -189,7 +190,7 @@ class DumpTensorSource:
     def slots(self, tensor: str) -> tuple[str, ...]:
         return self._slots.get(tensor, ("0",))
 
-    def value(self, tensor: str, slot: str = "0") -> Optional[np.ndarray]:
+    def read(self, tensor: str, slot: str = "0") -> Optional[np.ndarray]:
         """The current value of ``tensor``'s output ``slot``, or None (not dumped, filtered out, or step 0)."""
         if self.graph is None:
             return None
@@ -209,9 +210,6 @@ class DumpTensorSource:
         if path is None:
             return None
         return npy.load(path, mmap=False)
-
-    def __call__(self, name: str) -> Optional[np.ndarray]:
-        return self.value(name, "0")
 
     # -- helpers ------------------------------------------------------------------------------------------------
     def _map_names(self) -> None:

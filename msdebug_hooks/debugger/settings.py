@@ -27,19 +27,15 @@ import socket
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from msdebug_hooks.config import debugger_env as env
+from msdebug_hooks.config.debugger_env import DEFAULT_HOST, DEFAULT_PORT, ON_LOST_POLICIES, TLS_VARIABLES
 from msdebug_hooks.errors import ConfigError, ConfigErrors
 
 __all__ = ["DebuggerSettings", "TlsConfig", "validate_address", "validate_policy", "DEFAULT_HOST", "DEFAULT_PORT",
            "WAIT_VARIABLE", "ON_LOST_VARIABLE", "ON_LOST_POLICIES", "TLS_VARIABLES"]
 
-DEFAULT_HOST = "localhost"   # MindSpore's default for MS_DEBUGGER_HOST
-DEFAULT_PORT = 50051         # MindSpore's and MindInsight's default debugger port
-WAIT_VARIABLE = "MSDEBUG_DEBUGGER_WAIT"   # ours (``msdebug run --wait``): wait for the server instead of detaching
-ON_LOST_VARIABLE = "MSDEBUG_DEBUGGER_ON_LOST"
-ON_LOST_POLICIES = ("continue", "stop")
-TLS_VARIABLES = {"ca": "MS_DEBUGGER_TLS_CA", "cert": "MS_DEBUGGER_TLS_CERT", "key": "MS_DEBUGGER_TLS_KEY",
-                 "server_name": "MS_DEBUGGER_TLS_SERVER_NAME"}
-_TRUE, _FALSE = ("1", "true"), ("", "0", "false")
+WAIT_VARIABLE = env.WAIT
+ON_LOST_VARIABLE = env.ON_LOST
 PARTIAL_MEM_NOTE = ("MS_DEBUGGER_PARTIAL_MEM has nothing to do here: this debugger client reads tensors from Python "
                     "(parameters, the loss and, while watched, layer outputs and gradients) and never turns off "
                     "MindSpore's memory reuse, so training uses the same memory with or without it")
@@ -58,12 +54,8 @@ def _check_host(field: str, host: object, port: int = DEFAULT_PORT) -> Optional[
 
 def _parse_port(field: str, port: object) -> tuple[Optional[int], Optional[ConfigError]]:
     allowed = "a port number 1-65535 (MindInsight's --debugger-port, 50051 by default)"
-    number = port
-    if isinstance(port, str):
-        number = int(port.strip()) if port.strip().isdigit() else None
-    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
-        return None, ConfigError(field, port, allowed)
-    return number, None
+    number = env.read_port(port)
+    return (None, ConfigError(field, port, allowed)) if number is None else (number, None)
 
 
 def validate_address(host: object, port: object, *, host_field: str = "host",
@@ -169,42 +161,42 @@ class DebuggerSettings:
             >>> DebuggerSettings.from_env({"ENABLE_MS_DEBUGGER": "1", "MS_DEBUGGER_PORT": "15051"}).address
             'localhost:15051'
         """
-        env = os.environ if environ is None else environ
+        variables = os.environ if environ is None else environ
         errors: list[ConfigError] = []
-        switch = env.get("ENABLE_MS_DEBUGGER", "")
-        enabled = switch.strip().lower() in _TRUE
-        if not enabled and switch.strip().lower() not in _FALSE:
-            errors.append(ConfigError("ENABLE_MS_DEBUGGER", switch,
+        switch = variables.get(env.SWITCH, "")
+        enabled = env.read_flag(switch)
+        if enabled is None:
+            errors.append(ConfigError(env.SWITCH, switch,
                                       "1 or true (any case) to attach the debugger; 0, false or unset not to"))
-        port, port_error = _parse_port("MS_DEBUGGER_PORT", env.get("MS_DEBUGGER_PORT", str(DEFAULT_PORT)))
+        port, port_error = _parse_port(env.PORT, variables.get(env.PORT, str(DEFAULT_PORT)))
         if port_error:
             errors.append(port_error)
-        host = env.get("MS_DEBUGGER_HOST", DEFAULT_HOST)
-        host_error = _check_host("MS_DEBUGGER_HOST", host, port or DEFAULT_PORT)
+        host = variables.get(env.HOST, DEFAULT_HOST)
+        host_error = _check_host(env.HOST, host, port or DEFAULT_PORT)
         if host_error:
             errors.append(host_error)
-        partial = env.get("MS_DEBUGGER_PARTIAL_MEM", "")
-        if partial.strip().lower() not in _TRUE + _FALSE:
-            errors.append(ConfigError("MS_DEBUGGER_PARTIAL_MEM", partial, "1, true, 0, false or unset",
+        partial = variables.get(env.PARTIAL_MEM, "")
+        if env.read_flag(partial) is None:
+            errors.append(ConfigError(env.PARTIAL_MEM, partial, "1, true, 0, false or unset",
                                       detail="accepted for compatibility; " + PARTIAL_MEM_NOTE))
-        wait = env.get(WAIT_VARIABLE, "")
-        if wait.strip().lower() not in _TRUE + _FALSE:
-            errors.append(ConfigError(WAIT_VARIABLE, wait, "1, true, 0, false or unset"))
+        wait = variables.get(env.WAIT, "")
+        if env.read_flag(wait) is None:
+            errors.append(ConfigError(env.WAIT, wait, "1, true, 0, false or unset"))
         tls = policy = None
         try:
-            tls = TlsConfig.from_paths(*(env.get(v) for v in TLS_VARIABLES.values()))
+            tls = TlsConfig.from_paths(*(variables.get(v) for v in TLS_VARIABLES.values()))
         except ConfigErrors as exc:
             errors.extend(exc.errors)
         except ConfigError as exc:
             errors.append(exc)
         try:
-            policy = validate_policy(ON_LOST_VARIABLE, env.get(ON_LOST_VARIABLE, "continue") or "continue")
+            policy = validate_policy(env.ON_LOST, variables.get(env.ON_LOST, "continue") or "continue")
         except ConfigError as exc:
             errors.append(exc)
         if len(errors) == 1:
             raise errors[0]
         if errors:
             raise ConfigErrors(errors)
-        return cls(enabled=enabled, host=host.strip(), port=int(port),   # type: ignore[arg-type]
-                   partial_memory=partial.strip().lower() in _TRUE, wait_for_server=wait.strip().lower() in _TRUE,
+        return cls(enabled=bool(enabled), host=host.strip(), port=int(port),   # type: ignore[arg-type]
+                   partial_memory=bool(env.read_flag(partial)), wait_for_server=bool(env.read_flag(wait)),
                    tls=tls, on_server_lost=policy or "continue")

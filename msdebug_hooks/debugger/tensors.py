@@ -15,15 +15,16 @@ import numpy as np
 from msdebug_hooks.training_loop import loss_value
 from msdebug_hooks.debugger.capture import CellCapture, to_numpy
 from msdebug_hooks.debugger.graph import DATA_INPUT, LABEL_INPUT, DebugGraph
+from msdebug_hooks.debugger.sources import GraphTensorSource
 
 __all__ = ["NetworkTensors"]
 
 
-class NetworkTensors:
-    """``provider(name) -> array | None`` over a ``DebugGraph``: bare parameter names and op node full names."""
+class NetworkTensors(GraphTensorSource):
+    """The light ``TensorSource`` over a ``DebugGraph``: bare parameter names and op node full names."""
 
     def __init__(self, graph: DebugGraph, capture: Optional[CellCapture] = None) -> None:
-        self.graph = graph
+        super().__init__(graph)
         self.capture = capture if capture is not None else CellCapture(graph, enabled=False)
         self._loss: Optional[float] = None
         self._outputs: Any = None
@@ -34,9 +35,6 @@ class NetworkTensors:
         if self._outputs is not None:          # read from the device only when someone asks
             self._loss, self._outputs = loss_value(self._outputs), None
         return self._loss
-
-    def set_loss(self, value: Optional[float]) -> None:
-        self._loss, self._outputs = value, None
 
     def set_outputs(self, net_outputs: Any, inputs: Any = None) -> None:
         """The train cell's outputs (and the batch) of the step that just ended; read only when needed."""
@@ -73,7 +71,7 @@ class NetworkTensors:
     def close(self) -> None:
         self.capture.close()
 
-    def __call__(self, name: str) -> Optional[np.ndarray]:
+    def value_of(self, name: str) -> Optional[np.ndarray]:
         if name == self.graph.loss_node:
             loss = self.loss
             return None if loss is None else np.asarray(loss, dtype=np.float32)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, TypeVar
 
 import grpc
 
@@ -43,9 +43,8 @@ from msdebug_hooks._proto import debug_grpc_pb2 as pb
 from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
 
 __all__ = [
-    "CHUNK_BYTES", "Transport", "WaitHandle", "TransportError", "ServerUnavailable", "RequestTimeout",
-    "MessageTooLarge", "ServerError", "TransportClosed", "TlsError", "MAX_REPLY_BYTES", "graph_chunks",
-    "tensor_chunks", "serialized_tensor_pieces",
+    "CHUNK_BYTES", "Transport", "TransportError", "ServerUnavailable", "RequestTimeout", "MessageTooLarge",
+    "ServerError", "TransportClosed", "TlsError", "MAX_REPLY_BYTES", "graph_chunks", "serialized_tensor_pieces",
 ]
 
 CHUNK_BYTES = 3 * 1024 * 1024        # largest serialised message we stream (MindSpore's g_chunk_size)
@@ -121,13 +120,10 @@ def _map_error(method: str, exc: grpc.RpcError, closed: bool, transport: "Transp
     return kind(method, f"{code.name if code else 'error'}: {details}", code)
 
 
-def graph_chunks(serialized: bytes, *, mark_finished: bool = True,
-                 chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.Chunk]:
-    """Cut one serialised GraphProto into ``Chunk`` messages of at most ``chunk_bytes`` serialised each.
-
-    ``mark_finished`` sets ``finished=True`` on the last piece (``SendMultiGraphs`` needs it to end a graph;
-    ``SendGraph`` ignores it). An empty graph still yields one chunk.
-    """
+def graph_chunks(serialized: bytes, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.Chunk]:
+    """Cut one serialised GraphProto into ``Chunk`` messages of at most ``chunk_bytes`` serialised each; the last
+    has ``finished=True`` (``SendMultiGraphs`` needs it to end a graph; ``SendGraph`` ignores it). An empty graph
+    still yields one chunk."""
     payload = _payload_budget(pb.Chunk(finished=True), chunk_bytes)
     view = memoryview(serialized)
     total = len(view)
@@ -135,36 +131,8 @@ def graph_chunks(serialized: bytes, *, mark_finished: bool = True,
     while True:
         end = min(start + payload, total)
         last = end >= total
-        yield pb.Chunk(buffer=bytes(view[start:end]), finished=mark_finished and last)
+        yield pb.Chunk(buffer=bytes(view[start:end]), finished=last)
         if last:
-            return
-        start = end
-
-
-def tensor_chunks(tensor: graph_pb.TensorProto, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[graph_pb.TensorProto]:
-    """Cut one whole ``TensorProto`` into pieces of at most ``chunk_bytes`` serialised each.
-
-    Every piece repeats all fields except ``tensor_content`` (names, iter, truncate, dtype, dims), carries the
-    next slice of the content, and only the last has ``finished=True``. A tensor without content (not found, or
-    zero bytes) becomes exactly one finished piece.
-    """
-    header = graph_pb.TensorProto()
-    header.CopyFrom(tensor)
-    header.ClearField("tensor_content")
-    header.finished = True
-    payload = _payload_budget(header, chunk_bytes)
-    content = memoryview(tensor.tensor_content)
-    total = len(content)
-    start = 0
-    while True:
-        end = min(start + payload, total)
-        piece = graph_pb.TensorProto()
-        piece.CopyFrom(header)
-        if end > start:
-            piece.tensor_content = bytes(content[start:end])
-        piece.finished = end >= total
-        yield piece
-        if end >= total:
             return
         start = end
 
@@ -186,12 +154,13 @@ def _varint(value: int) -> bytes:
 
 def serialized_tensor_pieces(header: graph_pb.TensorProto, content, *,
                              chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """The same pieces as ``tensor_chunks``, already serialised, cut straight from ``content`` (bytes or a
-    1-D byte ``memoryview``, e.g. of a NumPy array): each payload byte is copied once, into its piece.
+    """A tensor's ``TensorProto`` pieces for ``SendTensors``, already serialised, cut straight from ``content``
+    (bytes or a 1-D byte ``memoryview``, e.g. of a NumPy array): each payload byte is copied once, into its piece.
 
     ``header`` holds every field except ``tensor_content`` and ``finished``. A piece is the header's bytes, then
     the ``tensor_content`` field written by hand (tag, length, payload); protobuf parsers accept fields in any order,
-    so the server reads exactly what ``tensor_chunks`` would have sent.
+    so the server reads the same tensor as if each piece were a whole message with ``tensor_content`` set.
+    Every piece repeats the header (names, iter, truncate, dtype, dims); only the last has ``finished=True``.
     """
     middle = graph_pb.TensorProto()
     middle.CopyFrom(header)
@@ -249,39 +218,6 @@ class _RawStub:
                                                      response_deserializer=None))
 
 
-class WaitHandle:
-    """A ``WaitCMD`` in flight. ``result()`` blocks for the reply; ``cancel()`` abandons it (use sparingly: the
-    server keeps an orphaned wait alive and delivers the next command to it too)."""
-
-    def __init__(self, future: grpc.Future, transport: "Transport") -> None:
-        self._future = future
-        self._transport = transport
-        self._generation = transport.generation
-        self._finished = threading.Event()
-        future.add_done_callback(lambda _f: self._finished.set())
-
-    def done(self) -> bool:
-        return self._future.done()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """True once the reply (or an error) is there, False if not within ``timeout`` seconds."""
-        return self._finished.wait(timeout)
-
-    def result(self, timeout: float | None = None) -> pb.EventReply:
-        """The server's reply; ``timeout`` only bounds this look (RequestTimeout), the call itself goes on."""
-        try:
-            return _parse_reply("WaitCMD", self._future.result(timeout=timeout))
-        except grpc.FutureTimeoutError:
-            raise RequestTimeout("WaitCMD", f"no command within {timeout} s (still waiting)") from None
-        except grpc.FutureCancelledError:
-            raise TransportClosed("WaitCMD", "wait cancelled", grpc.StatusCode.CANCELLED) from None
-        except grpc.RpcError as exc:
-            raise _map_error("WaitCMD", exc, self._transport.closed, self._transport, self._generation) from None
-
-    def cancel(self) -> bool:
-        return self._future.cancel()
-
-
 class Transport:
     """A gRPC channel (insecure, or TLS) to one MindInsight debugger server and typed calls of its nine RPCs.
 
@@ -321,7 +257,6 @@ class Transport:
         if tls is not None and tls.server_name:
             self._options.append(("grpc.ssl_target_name_override", tls.server_name))
         self._lock = threading.Lock()
-        self._waits: set[WaitHandle] = set()
         self.closed = False
         self.generation = 0
         self._open_channel()
@@ -378,15 +313,12 @@ class Transport:
             return False
 
     def close(self) -> None:
-        """Cancel waits in flight and close the channel. Idempotent."""
+        """Close the channel (a ``WaitCMD`` in flight then fails with ``TransportClosed``). Idempotent."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
-            waits = list(self._waits)
-        for handle in waits:
-            handle.cancel()
-        self._channel.close()
+        self._channel.close()   # cancels calls in flight
 
     def __enter__(self) -> "Transport":
         return self
@@ -421,40 +353,15 @@ class Transport:
         except grpc.RpcError as exc:
             raise _map_error("WaitCMD", exc, self.closed, self, current) from None
 
-    def start_wait_cmd(self, metadata: pb.Metadata) -> WaitHandle:
-        """Send ``WaitCMD`` and return at once; the reply is collected with ``handle.result()``."""
-        self._check_open("WaitCMD")
-        handle = WaitHandle(self._stub.WaitCMD.future(metadata), self)
-        with self._lock:
-            self._waits.add(handle)
-        handle._future.add_done_callback(lambda _f: self._forget(handle))
-        if self.closed:   # closed while we were starting it
-            handle.cancel()
-        return handle
-
     # -- streaming calls ----------------------------------------------------------------------------------------
     def send_graph(self, serialized_graph: bytes) -> pb.EventReply:
         """One graph (``SendGraph``): the server concatenates the chunks and parses one GraphProto."""
         return self._stream("SendGraph", self._stub.SendGraph,
                             graph_chunks(serialized_graph, chunk_bytes=self.chunk_bytes))
 
-    def send_multi_graphs(self, serialized_graphs: Sequence[bytes]) -> pb.EventReply:
-        """Several graphs (``SendMultiGraphs``): each one's last chunk has ``finished=True``."""
-        def chunks() -> Iterator[pb.Chunk]:
-            for serialized in serialized_graphs:
-                yield from graph_chunks(serialized, chunk_bytes=self.chunk_bytes)
-        return self._stream("SendMultiGraphs", self._stub.SendMultiGraphs, chunks())
-
-    def send_tensors(self, tensors: Iterable[graph_pb.TensorProto]) -> pb.EventReply:
-        """Whole tensors, in request order; each is cut into finished-terminated pieces (see ``tensor_chunks``)."""
-        def chunks() -> Iterator[graph_pb.TensorProto]:
-            for tensor in tensors:
-                yield from tensor_chunks(tensor, chunk_bytes=self.chunk_bytes)
-        return self._stream("SendTensors", self._stub.SendTensors, chunks())
-
     def send_tensor_values(self, tensors: Iterable[tuple[graph_pb.TensorProto, object]]) -> pb.EventReply:
-        """Like ``send_tensors`` for ``(header, content)`` pairs (content: bytes or a byte memoryview), without
-        first copying the content into a message: the fast path for large views (see
+        """Whole tensors as ``(header, content)`` pairs (content: bytes or a byte memoryview), in request order,
+        each cut into finished-terminated pieces without first copying the content into a message (see
         ``serialized_tensor_pieces``)."""
         def pieces() -> Iterator[bytes]:
             for header, content in tensors:
@@ -477,17 +384,10 @@ class Transport:
         if self.closed:
             raise TransportClosed(method, "transport closed")
 
-    def _forget(self, handle: WaitHandle) -> None:
-        with self._lock:
-            self._waits.discard(handle)
-
-    def _unary(self, method: str, call: Callable[..., _T], request, timeout: float | None = None, *,
-               deadline: bool = True) -> _T:
+    def _unary(self, method: str, call: Callable[..., _T], request, timeout: float | None = None) -> _T:
         self._check_open(method)
         generation = self.generation
         try:
-            if not deadline:
-                return _parse_reply(method, call(request))
             return _parse_reply(method, call(request, timeout=self.timeout if timeout is None else timeout))
         except grpc.RpcError as exc:
             raise _map_error(method, exc, self.closed, self, generation) from None

@@ -5,7 +5,7 @@ checked against the protocol (docs/debugger-protocol.md 1.4-1.7) and against lim
 bounded, before any handler sees it: unknown status or run level, out-of-range ids and step counts, non-finite or
 too many condition parameters, absurd numbers or lengths of names. Whether a condition id and its parameter names
 exist is checked when the watchpoint is built (``conditions.protocol.from_protocol``); whether a view's total
-answer fits ``max_view_bytes`` is checked by the session once it knows the tensors' sizes.
+answer fits ``max_view_bytes`` is checked by ``viewing.TensorViewer`` once it knows the tensors' sizes.
 
 ``check_reply`` returns None for an acceptable reply or a short reason; ``RateLimitedLog`` keeps a flood of refused
 replies from flooding the training log.

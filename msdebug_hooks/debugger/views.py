@@ -1,4 +1,4 @@
-"""Answers to ``ViewCMD``: one item per requested tensor, in request order (protocol doc 1.7).
+"""Answers to ``ViewCMD``: one item per requested tensor, in request order (docs/debugger-protocol.md 1.7).
 
 Pure functions from (request, value or None) to messages, so they are tested without a channel. The server zips
 answers against its requests, so a missing tensor still gets an (empty) answer.
@@ -11,7 +11,7 @@ from msdebug_hooks._proto import debug_grpc_pb2 as pb
 from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.dtypes import data_type, wire_array
 
-__all__ = ["lookup_key", "tensor_answer", "tensor_value_answer", "base_answer", "stats_answer"]
+__all__ = ["lookup_key", "tensor_value_answer", "base_answer", "stats_answer"]
 
 
 def lookup_key(request: graph_pb.TensorProto) -> tuple[str, str, bool]:
@@ -26,23 +26,11 @@ def _echo(request: graph_pb.TensorProto) -> graph_pb.TensorProto:
                                 truncate=request.truncate, finished=True)
 
 
-def tensor_answer(request: graph_pb.TensorProto, value: np.ndarray | None) -> graph_pb.TensorProto:
-    """The whole tensor for level ``value`` (the transport cuts it into pieces); without a value, an empty
-    finished answer that echoes the request."""
-    answer = _echo(request)
-    if value is None:
-        return answer
-    array = wire_array(value)
-    answer.tensor_content = array.tobytes()
-    answer.dims.extend(array.shape)
-    answer.data_type = data_type(array.dtype)
-    return answer
-
-
 def tensor_value_answer(request: graph_pb.TensorProto,
                         value: np.ndarray | None) -> tuple[graph_pb.TensorProto, memoryview]:
-    """``tensor_answer`` without the copy: the header (names echoed, dtype, dims) and the value's bytes as a
-    memoryview of the array itself, for ``Transport.send_tensor_values``."""
+    """Level ``value``, without copying the value: the header (names echoed, dtype, dims) and the value's bytes as
+    a memoryview of the array itself, for ``Transport.send_tensor_values``; without a value, an empty finished
+    answer that echoes the request."""
     answer = _echo(request)
     if value is None:
         return answer, memoryview(b"")

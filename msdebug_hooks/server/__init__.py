@@ -3,9 +3,10 @@ from Python (``DebuggerServer``) or from a terminal prompt (``msdebug debug`` / 
 
 Any client of the protocol connects unchanged (our ``ENABLE_MS_DEBUGGER=1`` client, MindSpore's old C++ one).
 Modules, one job each: ``server`` (listening ports, the jobs, the watchdog), ``servicer`` (the gRPC methods, thin),
-``job`` (one training's state and the API to drive it), ``group`` (the ranks of one job, in lockstep), ``commands`` (the ``EventReply`` commands), ``graph`` (the
-graph a training sent, as nodes), ``hits`` (watchpoints and hits), ``tensors`` (protocol tensors -> numpy),
-``errors``, ``shell`` (the prompt).
+``training_link`` (what one training's calls do to its job's state), ``job`` (the API to drive one training),
+``group`` (the ranks of one job, in lockstep), ``commands`` (the ``EventReply`` commands), ``graph`` (the graph a
+training sent, as nodes), ``hits`` (watchpoints and hits), ``tensors`` (protocol tensors -> numpy), ``errors``,
+``shell`` (the prompt) and ``shell_text`` (its command splitting and tables).
 
 Names resolve lazily, so ``import msdebug_hooks.server`` does not import grpc until a server is made.
 """
@@ -21,7 +22,7 @@ _EXPORTS = {
     "RankGroup": "msdebug_hooks.server.group",
     "Node": "msdebug_hooks.server.graph",
     "Hit": "msdebug_hooks.server.hits",
-    "Watchpoint": "msdebug_hooks.server.hits",
+    "ServerWatchpoint": "msdebug_hooks.server.hits",
     "TensorStats": "msdebug_hooks.server.tensors",
     "JobError": "msdebug_hooks.server.errors",
     "JobLost": "msdebug_hooks.server.errors",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from msdebug_hooks.conditions import Condition
 from msdebug_hooks.server.errors import JobLost
-from msdebug_hooks.server.hits import Hit, Watchpoint
+from msdebug_hooks.server.hits import Hit, ServerWatchpoint
 
 if TYPE_CHECKING:
     from msdebug_hooks.server.job import Job, JobState, NodesSpec
@@ -75,7 +75,7 @@ class RankGroup:
     def all_hits(self) -> list[Hit]:
         return [hit for job in self.jobs for hit in job.all_hits]
 
-    def watch(self, condition: Union[Condition, str], nodes: "NodesSpec" = None) -> list[Watchpoint]:
+    def watch(self, condition: Union[Condition, str], nodes: "NodesSpec" = None) -> list[ServerWatchpoint]:
         return [job.watch(condition, nodes) for job in self.jobs if job.alive]
 
     def unwatch(self, watchpoint: Union[None, int] = None) -> list[int]:

@@ -13,11 +13,11 @@ from msdebug_hooks._proto import debug_grpc_pb2 as pb
 from msdebug_hooks.conditions import Condition, TensorOverflowCondition, error_list
 from msdebug_hooks.server.graph import Node
 
-__all__ = ["Watchpoint", "Hit", "HitParam", "hit_from_proto"]
+__all__ = ["ServerWatchpoint", "Hit", "HitParam", "hit_from_proto"]
 
 
 @dataclass(frozen=True)
-class Watchpoint:
+class ServerWatchpoint:
     """A watchpoint of one job: ``nodes`` are what the training was told to watch."""
 
     id: int
@@ -43,7 +43,7 @@ class Hit:
 
     node: Node
     slot: int
-    watchpoint: Watchpoint
+    watchpoint: ServerWatchpoint
     error_code: int
     params: tuple[HitParam, ...]
     step: int = -1
@@ -76,7 +76,7 @@ class Hit:
         return "NaN or Inf in the value" if isinstance(self.condition, TensorOverflowCondition) else "hit"
 
 
-def hit_from_proto(message: pb.WatchpointHit, node: Node, watchpoint: Watchpoint) -> Hit:
+def hit_from_proto(message: pb.WatchpointHit, node: Node, watchpoint: ServerWatchpoint) -> Hit:
     slot = int(message.tensor.slot) if message.tensor.slot.isdigit() else 0
     params = tuple(HitParam(p.name, float(p.value), bool(p.hit), float(p.actual_value))
                    for p in message.watch_condition.params if not p.disabled)

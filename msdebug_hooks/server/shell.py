@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import cmd
 import inspect
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -39,47 +38,13 @@ from msdebug_hooks.server.group import RankGroup
 from msdebug_hooks.server.hits import Hit
 from msdebug_hooks.server.job import Job, JobState
 from msdebug_hooks.server.server import DebuggerServer
+from msdebug_hooks.server.shell_text import BadCommand, short_name, source_location, table
 
-__all__ = ["DebuggerShell", "table", "split_commands", "EXIT_OK", "EXIT_HITS", "EXIT_BAD"]
+__all__ = ["DebuggerShell", "run_session", "EXIT_OK", "EXIT_HITS", "EXIT_BAD"]
 
 EXIT_OK, EXIT_HITS, EXIT_BAD = 0, 1, 2
 MAX_ROWS = 60
 _ALIASES = frozenset({"c", "cont", "s", "n", "next", "p", "print", "q", "exit", "EOF", "search", "where", "wp"})
-
-
-class BadCommand(ValueError):
-    """A command line the shell cannot obey (bad syntax, unknown node, ...)."""
-
-
-def table(rows: Sequence[Sequence[object]], header: Sequence[str], *, numeric: Sequence[int] = ()) -> str:
-    """Rows as aligned columns under ``header``; columns listed in ``numeric`` are right-aligned."""
-    cells = [[str(c) for c in header]] + [[_cell(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = []
-    for row in cells:
-        parts = [c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
-        lines.append("  ".join(parts).rstrip())
-    return "\n".join(lines)
-
-
-def _cell(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def split_commands(text: str) -> list[str]:
-    """``"watch weight_overflow *; continue"`` or a file's lines -> commands ("#" starts a comment line)."""
-    commands = []
-    for line in text.splitlines():
-        if line.strip().startswith("#"):
-            continue
-        commands.extend(part.strip() for part in line.split(";") if part.strip())
-    return commands
-
-
-def _short(name: str, width: int = 70) -> str:
-    return name if len(name) <= width else "..." + name[-(width - 3):]
 
 
 class DebuggerShell(cmd.Cmd):
@@ -231,8 +196,9 @@ class DebuggerShell(cmd.Cmd):
         if not hits:
             return
         self.saw_hits = True
-        rows = [(h.step, h.rank, _short(h.node.name), h.slot, h.watchpoint.label, h.describe(),
-                 _location(h.node)) for h in sorted(hits, key=lambda h: (h.step, h.node.is_parameter, h.node.index))]
+        ordered = sorted(hits, key=lambda h: (h.step, h.node.is_parameter, h.node.index))
+        rows = [(h.step, h.rank, short_name(h.node.name), h.slot, h.watchpoint.label, h.describe(),
+                 source_location(h.node)) for h in ordered]
         self.say(f"{len(hits)} hit(s):")
         self.say(table(rows, ("step", "rank", "node", "slot", "watchpoint", "detail", "source"), numeric=(0, 1, 3)))
 
@@ -483,11 +449,6 @@ class DebuggerShell(cmd.Cmd):
         count = int(arg) if arg.strip().isdigit() else 20
         lines = self.output_log.read_text(errors="replace").splitlines()[-count:]
         self.say("\n".join(lines))
-
-
-def _location(node: Node) -> str:
-    frame = node.source_frame
-    return f"{os.path.basename(frame.file_path)}:{frame.line_no}" if frame else ""
 
 
 def run_session(server: DebuggerServer, connect: Callable[[], "Job | RankGroup"], *, commands: Optional[Sequence[str]],

@@ -18,9 +18,11 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.stop_agreement import AgreedStop
+from msdebug_hooks.debugger.callback import DebuggerCallback
+from msdebug_hooks.debugger.settings import validate_address
 from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.rank import rank_id, world_size
+from msdebug_hooks.stop_agreement import AgreedStop
 
 __all__ = ["DistributedDebugger"]
 
@@ -49,9 +51,6 @@ class DistributedDebugger(AgreedStop, Callback):
     def __init__(self, host: str = "127.0.0.1", port: int = 50051, *, ranks: Union[Sequence[int], str] = (0,),
                  port_per_rank: bool = False, **options: Any) -> None:
         super().__init__()
-        from msdebug_hooks.debugger.callback import DebuggerCallback
-        from msdebug_hooks.debugger.settings import validate_address
-
         if ranks == "all":
             self.ranks: Optional[frozenset[int]] = None
         elif isinstance(ranks, (list, tuple, set, frozenset, range)) and ranks and all(
@@ -76,8 +75,6 @@ class DistributedDebugger(AgreedStop, Callback):
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None, **kwargs: Any) -> "DistributedDebugger":
         """Host, port and memory setting from ``MS_DEBUGGER_*``, as ``DebuggerCallback.from_env``."""
-        from msdebug_hooks.debugger.callback import DebuggerCallback
-
         single = DebuggerCallback.from_env(environ)
         kwargs.setdefault("wait_for_server", single.wait_for_server)
         kwargs.setdefault("partial_memory", single.partial_memory)
@@ -90,8 +87,6 @@ class DistributedDebugger(AgreedStop, Callback):
 
     # -- hooks --------------------------------------------------------------------------------------------------
     def on_train_begin(self, run_context: Any) -> None:
-        from msdebug_hooks.debugger.callback import DebuggerCallback
-
         rank = rank_id()
         if self.debugger is not None:
             self.debugger.on_train_end(run_context)
@@ -103,7 +98,7 @@ class DistributedDebugger(AgreedStop, Callback):
         port = self.port + rank if self.port_per_rank else self.port
         self.debugger = DebuggerCallback(self.host, port, device_id=rank, **self.options)
         if world_size() > 1:
-            _LOG.info("connects to MindInsight at %s:%d", self.host, port)
+            _LOG.info("connects to the debugger server at %s:%d", self.host, port)
         self.debugger.on_train_begin(run_context, owner=self)   # its step end runs before the callbacks listed first
 
     def on_train_step_begin(self, run_context: Any) -> None:

@@ -1,0 +1,90 @@
+"""Reaching the debugger server: when training starts, and again after it was lost.
+
+A training started with nothing listening must not wait (unless asked to): ``CONNECT_ATTEMPTS`` tries, 0.25 / 0.5 /
+1 s apart, then the caller detaches and training runs undebugged after one warning. A failed TLS handshake is not
+retried (retrying cannot fix a certificate). After a loss, ``ReconnectSchedule`` says when a step end should look for
+a server again (the session decides what a loss means and starts over on reconnect).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from msdebug_hooks._log import get_logger
+from msdebug_hooks.debugger.progress import ProgressLine
+from msdebug_hooks.debugger.transport import TlsError, Transport, TransportError
+
+__all__ = ["CONNECT_ATTEMPTS", "MAX_RECONNECT_GAP", "ReconnectSchedule", "reach_server", "wait_for_listener"]
+
+_LOG = get_logger("debugger")
+CONNECT_ATTEMPTS = 4       # first contact: tries, 0.25 / 0.5 / 1 s apart, before training runs undebugged
+MAX_RECONNECT_GAP = 30.0
+
+
+def reach_server(transport: Transport, handshake: Callable[[], Optional[str]],
+                 sleep: Callable[[float], None]) -> Optional[str]:
+    """Run ``handshake`` (None, or why the server refused) until the server answers; returns why the debugger
+    must detach, or None once connected."""
+    delay = 0.25
+    for attempt in range(1, CONNECT_ATTEMPTS + 1):
+        try:
+            return handshake()
+        except TlsError as exc:          # retrying cannot fix a certificate
+            return str(exc)
+        except TransportError as exc:
+            if attempt < CONNECT_ATTEMPTS and not transport.closed:
+                _LOG.debug("debugger: connection attempt %d failed: %s", attempt, exc)
+                sleep(delay)
+                delay *= 2
+                continue
+            port = transport.address.rsplit(":", 1)[-1]
+            return (f"cannot reach the debugger server at {transport.address} after {attempt} attempts: {exc} (is "
+                    f"it running, e.g. mindinsight start --enable-debugger True --debugger-port {port}, or msdebug "
+                    f"serve --port {port}? to wait for it, use DebuggerCallback(wait_for_server=True) or msdebug "
+                    "run --wait)")
+    return None   # not reached: the last attempt returns
+
+
+def wait_for_listener(transport: Transport, progress: ProgressLine, step: int) -> bool:
+    """Block until the channel connects; False only if the transport was closed meanwhile."""
+    address = transport.address
+    port = address.rsplit(":", 1)[-1]
+    progress.begin(lambda waited: f"debugger: training waits at step {step} for the debugger server at {address} "
+                                  f"(state: connecting, not reachable for {waited:.0f} s); start it with: mindinsight "
+                                  f"start --enable-debugger True --debugger-port {port}, or msdebug serve --port "
+                                  f"{port}")
+    try:
+        while not transport.closed:
+            if transport.wait_for_ready(1.0):
+                return True
+        return False
+    finally:
+        progress.end()
+
+
+class ReconnectSchedule:
+    """After a loss: look for the server first after ``interval`` seconds, the gap doubling up to 30 s, for at most
+    ``window`` seconds."""
+
+    def __init__(self, *, window: float, interval: float) -> None:
+        self.window = window
+        self.interval = interval
+        self._lost_at = self._next_attempt = self._gap = 0.0
+
+    def start(self) -> None:
+        """The server was just lost."""
+        now = time.monotonic()
+        self._lost_at, self._gap = now, self.interval
+        self._next_attempt = now + self._gap
+
+    def due(self) -> bool:
+        return time.monotonic() >= self._next_attempt
+
+    def next_attempt(self) -> bool:
+        """Schedule the attempt after this one; False when the window is over (stop reconnecting)."""
+        now = time.monotonic()
+        if now - self._lost_at > self.window:
+            return False
+        self._gap = min(self._gap * 2, MAX_RECONNECT_GAP)
+        self._next_attempt = now + self._gap
+        return True

@@ -1,0 +1,141 @@
+"""What the debugger session asks of a tensor source: the tensor behind a node, its slots, its current and previous
+value.
+
+Two sources implement it: the light one (``tensors.NetworkTensors``: parameters, the loss, the batch and, in
+PyNative mode, captured cell outputs and gradients) and the dump one (``dump_source.DumpTensorSource``: every
+operator's outputs, every slot). A plain function ``name -> array | None`` (handy in tests and benchmarks) becomes a
+light source over the graph's parameters and loss through ``as_source``.
+
+Values are read lazily, at most once per suspension point (``current`` caches them until ``forget_current``).
+Previous-step copies are kept only for the tensors the session names in ``keep_previous`` (the watched parameters,
+as MindSpore did), on output slot 0 only.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable, Iterable, Optional, Union
+
+import numpy as np
+
+from msdebug_hooks.debugger.graph import DebugGraph
+
+__all__ = ["TensorSource", "GraphTensorSource", "ValuesByName", "TensorProvider", "as_source"]
+
+TensorProvider = Callable[[str], Optional[np.ndarray]]
+
+
+class TensorSource(ABC):
+    """Tensor values for the debugger session; subclasses say which nodes have a value and read it."""
+
+    #: op nodes whose value exists only while a step runs: they must be ``want``-ed before a step to be read after
+    capturable: frozenset[str] = frozenset()
+
+    def __init__(self) -> None:
+        self._current: dict[str, Optional[np.ndarray]] = {}
+        self._previous: dict[str, np.ndarray] = {}
+
+    # -- what a source says about itself ------------------------------------------------------------------------
+    @abstractmethod
+    def tensor_name(self, node_name: str) -> Optional[str]:
+        """The tensor behind a watch-node / requested node name, or None when this source has no value for it."""
+
+    @abstractmethod
+    def read(self, tensor: str, slot: str) -> Optional[np.ndarray]:
+        """The value of ``tensor``'s output ``slot`` now (uncached), or None."""
+
+    def slots(self, tensor: str) -> tuple[str, ...]:
+        """The output slots of ``tensor`` that can have a value."""
+        return ("0",)
+
+    def why_not(self, node_name: str) -> str:
+        """Why a watched node has no value here (for the session's one warning per watchpoint)."""
+        return "this client holds no value for it"
+
+    def want(self, names: Iterable[str]) -> None:
+        """Keep exactly these capturable nodes from the next step on (a source that captures nothing ignores it)."""
+
+    # -- values, as the session asks for them -------------------------------------------------------------------
+    def current(self, tensor: str, slot: str = "0") -> Optional[np.ndarray]:
+        """The value at this suspension point, read once."""
+        key = tensor if slot == "0" else f"{tensor}:{slot}"
+        if key not in self._current:
+            self._current[key] = self.read(tensor, slot)
+        return self._current[key]
+
+    def previous(self, tensor: str, slot: str = "0") -> Optional[np.ndarray]:
+        """The value at the last suspension point, for the tensors named in ``keep_previous``."""
+        return self._previous.get(tensor) if slot == "0" else None
+
+    def keep_previous(self, tensors: Iterable[str]) -> None:
+        """A suspension ends: copy these tensors' current values (reusing last step's buffers), forget the rest."""
+        previous, self._previous = self._previous, {}
+        for name in tensors:
+            value = self.current(name)
+            if value is None:
+                continue
+            kept = previous.get(name)          # reuse last step's buffer: no allocation per step
+            if kept is not None and kept.shape == value.shape and kept.dtype == value.dtype:
+                np.copyto(kept, value)
+                self._previous[name] = kept
+            else:
+                self._previous[name] = np.array(value, copy=True)
+        self.forget_current()
+
+    def forget_current(self) -> None:
+        """The values read so far are stale (a step ran, or a view must read again)."""
+        self._current.clear()
+
+    def start_over(self) -> None:
+        """A new session, or the session starts over (a reconnect): no values held, no previous-step copies."""
+        self._previous.clear()
+        self._current.clear()
+
+
+class GraphTensorSource(TensorSource):
+    """A light source over a ``DebugGraph``: parameters by their bare name, the loss node by its full name, and
+    whatever else ``holds`` says has a value (by full name); output slot 0 only."""
+
+    def __init__(self, graph: DebugGraph) -> None:
+        super().__init__()
+        self.graph = graph
+
+    def holds(self, name: str) -> bool:
+        """Whether a node other than a readable parameter or the loss has a value (none, for this base)."""
+        return False
+
+    @abstractmethod
+    def value_of(self, name: str) -> Optional[np.ndarray]:
+        """The value of a known tensor (a bare parameter name, or a full node name)."""
+
+    def tensor_name(self, node_name: str) -> Optional[str]:
+        """Parameters by their last name component (MindInsight may group them under ``Parameter[N]_k/``), the
+        loss and held nodes by their full name."""
+        last = node_name.rsplit("/", 1)[-1]
+        param = self.graph.parameters.get(last)
+        if param is not None and (param.source is not None or self.holds(last)):
+            return last
+        if node_name == self.graph.loss_node or self.holds(node_name):
+            return node_name
+        return None
+
+    def read(self, tensor: str, slot: str) -> Optional[np.ndarray]:
+        if slot != "0":
+            return None
+        known = tensor in self.graph.parameters or tensor == self.graph.loss_node or self.holds(tensor)
+        return self.value_of(tensor) if known else None
+
+
+class ValuesByName(GraphTensorSource):
+    """A plain function ``name -> array | None`` as a light source (parameters and the loss of ``graph``)."""
+
+    def __init__(self, graph: DebugGraph, values: TensorProvider) -> None:
+        super().__init__(graph)
+        self.values = values
+
+    def value_of(self, name: str) -> Optional[np.ndarray]:
+        return self.values(name)
+
+
+def as_source(graph: DebugGraph, provider: Union[TensorSource, TensorProvider]) -> TensorSource:
+    """``provider`` itself when it is a ``TensorSource``, else the function wrapped in ``ValuesByName``."""
+    return provider if isinstance(provider, TensorSource) else ValuesByName(graph, provider)

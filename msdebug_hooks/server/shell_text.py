@@ -1,0 +1,50 @@
+"""How the debugger prompt reads commands and prints: command splitting, aligned tables, short node names."""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from msdebug_hooks.server.graph import Node
+
+__all__ = ["BadCommand", "table", "split_commands", "short_name", "source_location"]
+
+
+class BadCommand(ValueError):
+    """A command line the shell cannot obey (bad syntax, unknown node, ...)."""
+
+
+def table(rows: Sequence[Sequence[object]], header: Sequence[str], *, numeric: Sequence[int] = ()) -> str:
+    """Rows as aligned columns under ``header``; columns listed in ``numeric`` are right-aligned."""
+    cells = [[str(c) for c in header]] + [[_cell(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = []
+    for row in cells:
+        parts = [c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def split_commands(text: str) -> list[str]:
+    """``"watch weight_overflow *; continue"`` or a file's lines -> commands ("#" starts a comment line)."""
+    commands = []
+    for line in text.splitlines():
+        if line.strip().startswith("#"):
+            continue
+        commands.extend(part.strip() for part in line.split(";") if part.strip())
+    return commands
+
+
+def short_name(name: str, width: int = 70) -> str:
+    return name if len(name) <= width else "..." + name[-(width - 3):]
+
+
+def source_location(node: Node) -> str:
+    """``file.py:line`` of the node's innermost source frame, or ""."""
+    frame = node.source_frame
+    return f"{os.path.basename(frame.file_path)}:{frame.line_no}" if frame else ""
