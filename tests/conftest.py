@@ -112,6 +112,19 @@ def caplog(caplog):
 _FAST_LANE_GUARD = Path(__file__).resolve().parent / "fast_lane_guard"
 
 
+_GUARD_ENV: dict = {}     # what a child needs to be guarded (set only in the fast lane)
+
+
+def guarded(env: dict) -> dict:
+    """``env`` for a child process whose environment a test builds from scratch (own PYTHONPATH): in the fast lane,
+    with the MindSpore guard added back; elsewhere unchanged."""
+    if not _GUARD_ENV:
+        return env
+    paths = [_GUARD_ENV["PYTHONPATH"], env.get("PYTHONPATH", "")]
+    return {**env, "MSDEBUG_TESTS_MINDSPORE_LOG": _GUARD_ENV["MSDEBUG_TESTS_MINDSPORE_LOG"],
+            "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+
+
 class _FirstMindSporeImport:
     def __init__(self) -> None:
         self.where: Optional[str] = None
@@ -139,6 +152,7 @@ def pytest_configure(config):
     os.close(fd)
     config._mindspore_subprocess_log = Path(log)
     os.environ["MSDEBUG_TESTS_MINDSPORE_LOG"] = log
+    _GUARD_ENV.update(MSDEBUG_TESTS_MINDSPORE_LOG=log, PYTHONPATH=str(_FAST_LANE_GUARD))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_FAST_LANE_GUARD), os.environ.get("PYTHONPATH")]))
 
 

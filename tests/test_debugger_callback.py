@@ -18,7 +18,7 @@ from msdebug_hooks.debugger.progress import ProgressLine
 from msdebug_hooks.debugger.settings import DebuggerSettings, validate_address
 from msdebug_hooks.errors import ConfigError, ConfigErrors
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, guarded
 from debug_test_server import DebugTestServer
 from mindinsight_server import free_port
 
@@ -132,7 +132,7 @@ def _run_script(tmp_path, env: dict, *args: str, timeout: float = 120) -> subpro
     argv = [str(SCRIPT), "--log", str(tmp_path / "steps.log"), *args]
     code = (f"import runpy, site, sys; site.addsitedir({str(site_dir)!r}); sys.argv = {argv!r}; "
             f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')")
-    full = dict(os.environ, PYTHONPATH=os.pathsep.join([str(EXAMPLES), str(ROOT)]), **env)
+    full = guarded(dict(os.environ, PYTHONPATH=os.pathsep.join([str(EXAMPLES), str(ROOT)]), **env))
     proc = subprocess.Popen([sys.executable, "-c", code], env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:

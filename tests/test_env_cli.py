@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, guarded
 from msdebug_hooks.config.env import BY_NAME, IGNORED, MISSING, MSDEBUG, NOTE, PROBLEM, VARIABLES, inspect_env
 from msdebug_hooks.config.rdr import RDRConfig
 
@@ -24,7 +24,7 @@ def _clean_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not family.match(k)}
     env["PYTHONPATH"] = str(ROOT)
     env.update(extra)
-    return env
+    return guarded(env)
 
 
 def msdebug(*args: str, **env: str) -> subprocess.CompletedProcess:
