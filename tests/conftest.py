@@ -107,11 +107,10 @@ def caplog(caplog):
 
 # ---- The fast lane starts no MindSpore --------------------------------------------------------------------------
 # `-m "not mindspore ..."` must be quick: a test that imports MindSpore here, or starts a process that does, without
-# the marker fails the run. In-process: a finder records who imported it first; subprocesses: fast_lane_guard/'s
-# sitecustomize refuses the import and writes it to a log this process reads at the end.
+# the marker fails that test. In-process: a finder records who imported it first; subprocesses: fast_lane_guard/'s
+# sitecustomize (first on the PYTHONPATH children inherit) refuses the import and writes it to a log read after
+# every test. Not seen: a child given a PYTHONPATH of its own without `guarded()`.
 _FAST_LANE_GUARD = Path(__file__).resolve().parent / "fast_lane_guard"
-
-
 _GUARD_ENV: dict = {}     # what a child needs to be guarded (set only in the fast lane)
 
 
