@@ -49,28 +49,6 @@ class Recorder(Callback):
         return None
 
 
-class LogCapture:
-    """Collects the messages of the ``msdebug_hooks`` logger (which does not propagate to the root logger)."""
-
-    def __init__(self) -> None:
-        import logging
-
-        self.messages: list[str] = []
-        self._handler = logging.Handler(level=logging.DEBUG)
-        self._handler.emit = lambda record: self.messages.append(record.getMessage())
-        self._logger = logging.getLogger("msdebug_hooks")
-
-    def __enter__(self) -> "LogCapture":
-        self._logger.addHandler(self._handler)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._logger.removeHandler(self._handler)
-
-    def matching(self, text: str) -> list[str]:
-        return [message for message in self.messages if text in message]
-
-
 def train_losses(callbacks, batches: int, *, on_step=None) -> list[float]:
     """Train the seeded LeNet (examples/lenet.py) for one epoch of ``batches`` with ``callbacks``; the loss of every
     step that ran. Two runs with the same seed give the same losses, so a run can be compared with an undisturbed one."""

@@ -28,6 +28,7 @@ class Recorded:
 
     metadata: list = field(default_factory=list)          # SendMetadata requests
     waits: list = field(default_factory=list)             # WaitCMD requests
+    wait_deadlines: list = field(default_factory=list)    # per WaitCMD: seconds the client allowed (huge: none)
     heartbeats: list = field(default_factory=list)
     graph_streams: list = field(default_factory=list)     # per SendGraph call: list[Chunk]
     multi_graph_streams: list = field(default_factory=list)
@@ -48,6 +49,7 @@ class _Servicer(pb_grpc.EventListenerServicer):
 
     def WaitCMD(self, request, context):
         self.owner.recorded.order.append("WaitCMD")
+        self.owner.recorded.wait_deadlines.append(context.time_remaining())
         self.owner.recorded.waits.append(request)
         self.owner.wait_arrived.set()
         while context.is_active():

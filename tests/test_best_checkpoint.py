@@ -10,10 +10,11 @@ ms = pytest.importorskip("mindspore")
 from mindspore import nn  # noqa: E402
 from mindspore.train import Callback, Model  # noqa: E402
 
-from _recording import LogCapture  # noqa: E402
 from lenet import make_dataset, make_lenet, make_model  # noqa: E402
 from msdebug_hooks import BestCheckpoint, ConfigError  # noqa: E402
 from msdebug_hooks.ckpt import scan_checkpoint  # noqa: E402
+
+pytestmark = pytest.mark.mindspore  # every test here trains in this process
 
 
 class _StepCounter(Callback):
@@ -149,14 +150,13 @@ def test_model_needs_an_eval_dataset():
         BestCheckpoint(42)
 
 
-def test_a_finite_metric_of_nan_weights_is_never_saved(tmp_path):
+def test_a_finite_metric_of_nan_weights_is_never_saved(tmp_path, caplog):
     # batch 2 is poisoned: from step 3 on the weights are NaN, yet accuracy stays a finite number (argmax of NaN
     # logits picks class 0), so only the weights can tell. keep=10 would keep every finite evaluation.
     model, network = make_model(0.05, metrics={"accuracy": nn.Accuracy()})
     best = BestCheckpoint(model, make_dataset(4, seed=7), monitor="accuracy", mode="max", every_n_steps=1, keep=10,
                           directory=tmp_path)
-    with LogCapture() as log:
-        model.train(1, make_dataset(6, nan_batches={2}), callbacks=[best], dataset_sink_mode=False)
+    model.train(1, make_dataset(6, nan_batches={2}), callbacks=[best], dataset_sink_mode=False)
 
     assert not np.isfinite(network.conv1.weight.asnumpy()).all()           # the network really diverged
     after = [e for e in best.evaluations if e.step >= 3]
@@ -166,6 +166,6 @@ def test_a_finite_metric_of_nan_weights_is_never_saved(tmp_path):
     for path in saved:                                                       # the project's own scan agrees
         assert scan_checkpoint(path).ok, scan_checkpoint(path).format()
     assert best.best_path in saved
-    skipped = log.matching("hold NaN/Inf")
+    skipped = [message for message in caplog.messages if "hold NaN/Inf" in message]
     assert len(skipped) == 4 and "conv1.weight" in skipped[0] and "not saved, not counted as best" in skipped[0]
     assert f"the best stays {best.best_score:.6g} in {best.best_path}" in skipped[0]

@@ -110,6 +110,7 @@ def test_console_script(nan_dump):
     assert SQRT_NODE in proc.stdout.splitlines()[2]
 
 
+@pytest.mark.mindspore
 def test_example_script_end_to_end():
     proc = subprocess.run([sys.executable, str(NAN_SOURCE)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

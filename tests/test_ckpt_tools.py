@@ -18,6 +18,8 @@ from lenet import make_dataset, make_lenet  # noqa: E402
 from msdebug_hooks.ckpt import compare_checkpoints, scan_checkpoint  # noqa: E402
 from msdebug_hooks.errors import ConfigError  # noqa: E402
 
+pytestmark = pytest.mark.mindspore  # every test here trains in this process
+
 FC3 = {"fc3.weight", "fc3.bias"}
 
 

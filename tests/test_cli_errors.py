@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, guarded
 from msdebug_hooks.cli import main
 
 
@@ -54,8 +54,8 @@ def test_env_reports_a_truncated_or_directory_dump_config(tmp_path):
     config.write_text('{"common_dump_settings": {\n')
     for value, message in ((config, "truncated or empty?"), (tmp_path, "is a directory, not a file")):
         proc = subprocess.run([sys.executable, "-m", "msdebug_hooks", "env"], capture_output=True, text=True,
-                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
-                                   "MINDSPORE_DUMP_CONFIG": str(value)}, timeout=120)
+                              env=guarded({"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
+                                           "MINDSPORE_DUMP_CONFIG": str(value)}), timeout=120)
         assert proc.returncode == 1 and no_traceback(proc.stdout, proc.stderr), proc.stderr
         assert message in proc.stdout and "no such file" not in proc.stdout
 
@@ -98,7 +98,7 @@ def test_ckpt_commands_on_directories_and_garbage(tmp_path, capsys):
 
 def test_example_dump_config_with_a_relative_dir():   # refused before MindSpore is imported
     proc = subprocess.run([sys.executable, str(EXAMPLES / "dump_config.py"), "relative/dir"], capture_output=True,
-                          text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}, timeout=300)
+                          text=True, env=guarded({"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}), timeout=300)
     assert proc.returncode == 2 and no_traceback(proc.stderr)
     assert proc.stderr.strip().startswith(
         "dump_config.py: error: common_dump_settings.path='relative/dir' is not allowed: an absolute path")
@@ -108,7 +108,7 @@ def test_example_dump_config_with_a_relative_dir():   # refused before MindSpore
 
 def _env(**extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "msdebug_hooks", "env"], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **extra}, timeout=120)
+                          env=guarded({"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **extra}), timeout=120)
 
 
 def test_no_seed_docs_in_what_users_read(capsys):

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import ROOT, fresh_env  # noqa: E402
+from conftest import ROOT, fresh_env, guarded  # noqa: E402
 from msdebug_hooks.cli import main  # noqa: E402
 from msdebug_hooks.compare.layer_capture import CaptureWriter, StepRecorder, read_capture  # noqa: E402
 from msdebug_hooks.compare.layers import compare_layers  # noqa: E402
@@ -245,7 +245,7 @@ def test_without_torch_compare_weights_names_the_extra(pth_pair):
     code = ("import sys; sys.modules['torch'] = None\n"  # what Python does for a package that is not installed
             "from msdebug_hooks.cli import main\n"
             f"sys.exit(main(['compare-weights', {str(root / 'source.pth')!r}, {str(root / 'source.pth')!r}]))")
-    env = dict(fresh_env(), PYTHONPATH=str(ROOT))
+    env = guarded(dict(fresh_env(), PYTHONPATH=str(ROOT)))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert 'pip install "msdebug-hooks[torch]"' in proc.stderr and "Traceback" not in proc.stderr
@@ -256,7 +256,7 @@ def test_importing_the_compare_package_imports_neither_torch_nor_mindspore():
             "msdebug_hooks.compare.layers, msdebug_hooks.compare.weights, msdebug_hooks.cli\n"
             "msdebug_hooks.cli.build_parser()\n"
             "print(sorted(m for m in ('torch', 'mindspore') if m in sys.modules))")
-    env = dict(fresh_env(), PYTHONPATH=str(ROOT))
+    env = guarded(dict(fresh_env(), PYTHONPATH=str(ROOT)))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
 

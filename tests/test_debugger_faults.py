@@ -45,30 +45,9 @@ def _debugger(port: int, **options):
     return DebuggerCallback("127.0.0.1", port, **options)
 
 
-class _Collect(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record):
-        self.records.append(record)
-
-
-@pytest.fixture
-def caplog():
-    """The debugger's log lines (the package logger does not propagate once it has its own handler)."""
-    logger = logging.getLogger("msdebug_hooks.debugger")
-    handler = _Collect()
-    logger.addHandler(handler)
-    handler.at_level = lambda *a, **k: __import__("contextlib").nullcontext()
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-
-
 def _warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    return [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING and r.name.startswith("msdebug_hooks.debugger")]
 
 
 def test_server_absent_at_start_trains_undebugged_with_one_warning(reference, caplog):

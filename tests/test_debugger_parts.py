@@ -65,9 +65,8 @@ def test_heartbeat_beats_at_once_and_stops_promptly():
         deadline = time.monotonic() + 5
         while not server.recorded.heartbeats and time.monotonic() < deadline:
             time.sleep(0.01)
-        start = time.monotonic()
-        beat.stop()
-        assert not beat.alive and time.monotonic() - start < 2      # not stuck in its 30 s sleep
+        beat.stop()                        # joins for at most 5 s: a thread stuck in its 30 s sleep is still alive
+        assert not beat.alive
     (sent,) = server.recorded.heartbeats
     assert (sent.message, sent.period) == ("Debugger is alive", 30)
 

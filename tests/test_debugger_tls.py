@@ -40,23 +40,9 @@ def _session(address: str, tls: TlsConfig):
                            ms_version="2.10.0", sleep=lambda s: None)
 
 
-class _Collect(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.messages: list[str] = []
-
-    def emit(self, record):
-        if record.levelno >= logging.WARNING:
-            self.messages.append(record.getMessage())
-
-
-@pytest.fixture
-def warnings():
-    logger = logging.getLogger("msdebug_hooks.debugger")
-    handler = _Collect()
-    logger.addHandler(handler)
-    yield handler.messages
-    logger.removeHandler(handler)
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING and r.name.startswith("msdebug_hooks.debugger")]
 
 
 def test_trusted_server_with_and_without_a_client_certificate(certs):
@@ -76,7 +62,7 @@ def test_trusted_server_with_and_without_a_client_certificate(certs):
 
 
 @pytest.mark.parametrize("case", ["wrong_ca", "wrong_name", "no_client_cert"])
-def test_untrusted_server_is_refused_naming_the_setting(certs, case, warnings):
+def test_untrusted_server_is_refused_naming_the_setting(certs, case, caplog):
     client_ca = _pem(certs["ca"]) if case == "no_client_cert" else None
     with FaultServer(tls=(_pem(certs["server_key"]), _pem(certs["server"])), client_ca=client_ca) as server:
         tls = TlsConfig.from_paths(certs["other_ca" if case == "wrong_ca" else "ca"],
@@ -84,6 +70,7 @@ def test_untrusted_server_is_refused_naming_the_setting(certs, case, warnings):
         session = _session(f"127.0.0.1:{server.port}", tls)
         assert not session.connect()
         assert session.state.value == "detached" and server.recorded.metadata == []
+    warnings = _warnings(caplog)
     assert len(warnings) == 1
     message = warnings[0]
     assert "MS_DEBUGGER_TLS_CA" in message and "MS_DEBUGGER_TLS_SERVER_NAME" in message, message
@@ -113,7 +100,7 @@ def test_tls_settings_from_the_environment(certs, tmp_path):
 
 
 @pytest.mark.mindspore
-def test_training_over_tls_and_with_a_wrong_ca(certs, warnings):
+def test_training_over_tls_and_with_a_wrong_ca(certs, caplog):
     """A real LeNet training attached over TLS, then the same with an untrusted server: same losses as without
     the debugger both times; the second logs one warning naming the CA setting."""
     from _recording import train_losses
@@ -132,6 +119,7 @@ def test_training_over_tls_and_with_a_wrong_ca(certs, warnings):
             assert train([debugger]) == reference
         waits = [w.cur_step for w in server.recorded.waits]
         assert waits == (list(range(7)) if attached else [])
+    warnings = _warnings(caplog)
     assert len(warnings) == 1 and "MS_DEBUGGER_TLS_CA (DebuggerCallback tls_ca)" in warnings[0]
     with pytest.raises(ConfigError, match="tls_key"):
         DebuggerCallback("localhost", 50051, tls_cert=str(certs["client"]))

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from msdebug_hooks.debugger.transport import (
 
 from debug_test_server import DebugTestServer, reassemble_tensors
 from mindinsight_server import free_port
-from transport_test_calls import send_multi_graphs, send_tensors, start_wait_cmd, tensor_chunks
+from transport_test_calls import send_multi_graphs, send_tensors, tensor_chunks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -73,15 +72,19 @@ def test_large_tensors_and_graphs_cross_a_server_with_the_default_4mib_limit():
     assert sum(c.finished for c in multi) == 2 and multi[-1].finished
 
 
-def test_wait_cmd_blocks_until_a_command_arrives():
+def test_wait_cmd_blocks_without_a_deadline_until_a_command_arrives():
+    """The server sees the call with no deadline at all (a transport timeout applied to it would end a pause early)."""
+    replies = []
     with DebugTestServer() as server, Transport(server.address, timeout=2) as transport:
-        handle = start_wait_cmd(transport, pb.Metadata(device_name="0:0", cur_step=4))
+        thread = threading.Thread(target=lambda: replies.append(
+            transport.wait_cmd(pb.Metadata(device_name="0:0", cur_step=4))))
+        thread.start()
         server.wait_for_waits(1)
-        time.sleep(0.3)
-        assert not handle.done()                         # no deadline: still waiting past nothing
+        assert server.recorded.wait_deadlines[0] > 24 * 3600 and not replies   # grpc reports "none" as ~2**63 ns
         server.command(pb.EventReply(run_cmd=pb.RunCMD(run_level="step", run_steps=1)))
-        reply = handle.result(timeout=5)
-    assert reply.WhichOneof("cmd") == "run_cmd" and server.recorded.waits[0].cur_step == 4
+        thread.join(30)
+    assert not thread.is_alive() and replies[0].WhichOneof("cmd") == "run_cmd"
+    assert server.recorded.waits[0].cur_step == 4
 
 
 def test_close_cancels_a_pending_wait():
@@ -99,12 +102,14 @@ def test_close_cancels_a_pending_wait():
 
 
 def test_unary_calls_have_a_deadline():
+    answer = threading.Event()     # the server answers only after the client gave up: the deadline ended the call
     with DebugTestServer() as server, Transport(server.address, timeout=0.3) as transport:
-        server.hooks["SendHeartbeat"] = lambda request: time.sleep(2)
-        start = time.monotonic()
-        with pytest.raises(RequestTimeout) as info:
-            transport.send_heartbeat(pb.Heartbeat(message="alive", period=30))
-        assert time.monotonic() - start < 2
+        server.hooks["SendHeartbeat"] = lambda request: answer.wait(60) and None
+        try:
+            with pytest.raises(RequestTimeout) as info:
+                transport.send_heartbeat(pb.Heartbeat(message="alive", period=30))
+        finally:
+            answer.set()
     assert info.value.method == "SendHeartbeat"
 
 

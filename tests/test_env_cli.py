@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, guarded
 from msdebug_hooks.config.env import BY_NAME, IGNORED, MISSING, MSDEBUG, NOTE, PROBLEM, VARIABLES, inspect_env
 from msdebug_hooks.config.rdr import RDRConfig
 
@@ -24,7 +24,7 @@ def _clean_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not family.match(k)}
     env["PYTHONPATH"] = str(ROOT)
     env.update(extra)
-    return env
+    return guarded(env)
 
 
 def msdebug(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -144,6 +144,7 @@ def test_dump_file_is_checked(tmp_path):
 
 # -- msdebug env ----------------------------------------------------------------------------------------------------
 
+@pytest.mark.mindspore
 def test_env_command_exit_codes_and_output(tmp_path):
     clean = msdebug("env")
     assert clean.returncode == 0, clean.stderr
@@ -208,6 +209,7 @@ def test_log_env_bad_input_exits_2_with_the_reason(args, message):
     assert message in proc.stderr and proc.stdout == ""
 
 
+@pytest.mark.mindspore
 def test_log_env_info_reaches_mindspore_end_to_end():
     proc = bash('eval "$($PY -m msdebug_hooks log-env --level INFO)"; $PY -c "import mindspore"')
     assert proc.returncode == 0 and "[INFO] ME(" in proc.stderr

@@ -207,6 +207,7 @@ def test_apply_sets_the_environment_and_handles_stale_variables(clean_log_env):
     assert "MS_SUBMODULE_LOG_v" not in os.environ and "GLOG_log_max" not in os.environ
 
 
+@pytest.mark.mindspore
 def test_apply_after_import_mindspore_warns():
     proc = run_python("""
         import warnings
@@ -233,6 +234,7 @@ def _import_mindspore_with(args: str) -> str:
     return run_python(_IMPORT_WITH.format(args=args)).stderr
 
 
+@pytest.mark.mindspore
 def test_info_level_makes_mindspore_log_info_lines_and_submodules_are_honoured():
     default = _import_mindspore_with("")
     info = _import_mindspore_with("level='INFO'")
@@ -246,6 +248,7 @@ def test_info_level_makes_mindspore_log_info_lines_and_submodules_are_honoured()
     assert "Parse submodule log configuration text error" not in quiet_common
 
 
+@pytest.mark.mindspore
 def test_bad_submodule_is_rejected_here_while_mindspore_only_warns():
     with pytest.raises(ConfigError, match="PARSR"):
         LogConfig(submodules={"PARSR": 1})
@@ -258,6 +261,7 @@ def test_bad_submodule_is_rejected_here_while_mindspore_only_warns():
     assert "Illegal log level value 7 for COMMON, ignore it" in proc.stderr
 
 
+@pytest.mark.mindspore
 @pytest.mark.parametrize("env, rejected", [
     ({"GLOG_v": "INFO"}, True),
     ({"GLOG_v": "5"}, True),
@@ -280,6 +284,7 @@ def test_import_time_verdicts_agree_with_mindspore(env, rejected):
             assert LogConfig.from_env(full).level == int(env["GLOG_v"])
 
 
+@pytest.mark.mindspore
 def test_file_logging_lands_where_log_location_says(tmp_path):
     proc = run_python(f"""
         import os

@@ -2,6 +2,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, run_python
 
 
@@ -14,6 +16,7 @@ def test_import_does_not_import_mindspore():
     assert proc.stdout.strip() == "False"
 
 
+@pytest.mark.mindspore
 def test_every_public_name_resolves():
     proc = run_python("""
         import msdebug_hooks

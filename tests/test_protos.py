@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import guarded
 from venv_tools import ROOT, create_venv, require_pypi, venv_python
 
 LOWEST_PROTOBUF = "7.34.1"   # MindSpore 2.10's floor, pyproject's lower bound
@@ -70,7 +71,7 @@ def _run(python: str | Path, code: str, *args: str) -> str:
     """Run ``code`` with ``python`` in a clean environment that sees only the project source (and $HOME, which
     MindInsight reads at import)."""
     with tempfile.TemporaryDirectory(prefix="msdebug-home-") as home:
-        env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": home}
+        env = guarded({"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": home})
         proc = subprocess.run([str(python), "-c", code, *args], capture_output=True, text=True, timeout=120,
                               env=env)
     assert proc.returncode == 0, proc.stderr

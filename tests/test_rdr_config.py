@@ -125,6 +125,7 @@ def test_apply_sets_the_variables_and_warns_on_the_installed_2_10(no_rdr_env, tm
     assert json.loads((tmp_path / "cfg.json").read_text())["rdr"]["mode"] == 2
 
 
+@pytest.mark.mindspore
 def test_mindspore_2_10_writes_no_rdr_data_which_is_why_apply_warns(tmp_path):
     """Both forms set, graph-mode training ends normally with mode 2: an RDR build would export; 2.10 writes nothing."""
     rdr_dir = tmp_path / "rdr"
@@ -165,6 +166,7 @@ def test_mem_reuse_forms_and_validation(tmp_path):
     assert set(json.loads(both.read_text())) == {"rdr", "sys"}
 
 
+@pytest.mark.mindspore
 def test_mem_reuse_apply_is_read_by_mindspore_2_10(tmp_path):
     proc = run_python(f"""
         import mindspore

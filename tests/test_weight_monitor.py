@@ -2,8 +2,6 @@
 is not a false alarm, NaN weights are flagged."""
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pytest
 
@@ -14,6 +12,8 @@ from mindspore.train import Callback, Model  # noqa: E402
 from lenet import make_dataset, make_lenet  # noqa: E402
 from msdebug_hooks import ConfigError, WeightMonitor  # noqa: E402
 from msdebug_hooks.callbacks.weight_monitor import WeightProblemError  # noqa: E402
+
+pytestmark = pytest.mark.mindspore  # every test here trains in this process
 
 FC3 = {"fc3.weight", "fc3.bias"}
 
@@ -29,24 +29,6 @@ class _StepCounter(Callback):
 
     def on_train_end(self, run_context) -> None:
         self.ended = True
-
-
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-@pytest.fixture
-def log_lines():
-    handler = _Lines()
-    logger = logging.getLogger("msdebug_hooks.callbacks.weight_monitor")
-    logger.addHandler(handler)
-    yield handler.lines
-    logger.removeHandler(handler)
 
 
 def _model(*, fc3_lr=None, freeze_fc3=False, lr=0.05):
@@ -66,7 +48,7 @@ def _model(*, fc3_lr=None, freeze_fc3=False, lr=0.05):
     return Model(network, loss_fn, optimizer), network
 
 
-def test_names_the_layer_whose_learning_rate_is_zero(log_lines):
+def test_names_the_layer_whose_learning_rate_is_zero(caplog):
     model, network = _model(fc3_lr=0.0)
     monitor = WeightMonitor()
     model.train(1, make_dataset(4), callbacks=[monitor], dataset_sink_mode=False)
@@ -77,19 +59,19 @@ def test_names_the_layer_whose_learning_rate_is_zero(log_lines):
     assert all(p.actual_value == 0.0 for p in monitor.problems)
     assert monitor.counts[("fc3.weight", "unchanged")] == 4
     assert len(monitor.checked) == 8 and monitor.frozen == []
-    warnings = [line for line in log_lines if "did not change" in line]
+    warnings = [line for line in caplog.messages if "did not change" in line]
     assert len(warnings) == 2 and all("rank 0" in line for line in warnings)  # one line per parameter, not per step
     assert {name for name in FC3 if any(name in line for line in warnings)} == FC3
 
 
-def test_frozen_layer_is_not_a_false_alarm(log_lines):
+def test_frozen_layer_is_not_a_false_alarm(caplog):
     model, network = _model(freeze_fc3=True)
     monitor = WeightMonitor(max_update_ratio=10.0)
     model.train(1, make_dataset(4), callbacks=[monitor], dataset_sink_mode=False)
 
     assert monitor.problems == []
     assert set(monitor.frozen) == FC3 and not FC3 & set(monitor.checked)
-    assert len([line for line in log_lines if "frozen" in line]) == 1
+    assert len([line for line in caplog.messages if "frozen" in line]) == 1
 
 
 def test_every_n_steps_and_parameter_filter():
