@@ -299,18 +299,21 @@ def test_waiting_for_a_server_that_starts_later_logs_progress_then_connects(capl
                               ms_version="2.10.0", progress_interval=0.2)
     result = []
     worker = threading.Thread(target=lambda: result.append(session.connect(wait_for_server=True)))
-    with caplog.at_level(logging.INFO, logger="msdebug_hooks.debugger"):
-        worker.start()
-        deadline = time.monotonic() + 60
-        while not any("waits at step 0 for the MindInsight" in message for message in caplog.messages):
-            assert time.monotonic() < deadline, "no progress line while waiting for the server"
-            time.sleep(0.05)
-        assert worker.is_alive() and not result                  # nothing listens yet: still waiting
-        with DebugTestServer(port) as server:
-            worker.join(30)
-            assert result == [True] and session.state is SessionState.SUSPENDED
-            assert len(server.recorded.metadata) == 1 and len(server.recorded.graph_streams) == 1
-            session.close()
+    try:
+        with caplog.at_level(logging.INFO, logger="msdebug_hooks.debugger"):
+            worker.start()
+            deadline = time.monotonic() + 60
+            while not any("waits at step 0 for the debugger server" in message for message in caplog.messages):
+                assert time.monotonic() < deadline, "no progress line while waiting for the server"
+                time.sleep(0.05)
+            assert worker.is_alive() and not result                  # nothing listens yet: still waiting
+            with DebugTestServer(port) as server:
+                worker.join(30)
+                assert result == [True] and session.state is SessionState.SUSPENDED
+                assert len(server.recorded.metadata) == 1 and len(server.recorded.graph_streams) == 1
+    finally:   # a failed check must not leave the waiting thread keeping pytest alive
+        session.close()
+        worker.join(30)
     lines = [r.getMessage() for r in caplog.records if "waits at step 0 for the debugger server" in r.getMessage()]
     assert lines and f"127.0.0.1:{port}" in lines[0]     # the back-off itself: test_progress_line_waits_then_backs_off
 
