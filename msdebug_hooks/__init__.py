@@ -7,8 +7,7 @@ imports MindSpore because a callback is a ``mindspore.train.Callback``.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from msdebug_hooks._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -81,17 +80,4 @@ _EXPORTS = {
     "DebuggerServer": "msdebug_hooks.server.server",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
-
-
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'msdebug_hooks' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value  # resolve once
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals(), extra=["__version__"])

@@ -6,8 +6,7 @@ imports neither MindSpore nor PyTorch.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from msdebug_hooks._lazy import lazy_exports
 
 _EXPORTS = {
     "compare_arrays": "msdebug_hooks.compare.metrics",
@@ -34,20 +33,7 @@ _EXPORTS = {
     "LossRecorder": "msdebug_hooks.compare.loss_recorder",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'msdebug_hooks.compare' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals())
 
 # layer captures (MindSpore / PyTorch), layer-by-layer and weight comparison
 _EXPORTS.update({

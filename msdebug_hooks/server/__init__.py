@@ -12,8 +12,7 @@ Names resolve lazily, so ``import msdebug_hooks.server`` does not import grpc un
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from msdebug_hooks._lazy import lazy_exports
 
 _EXPORTS = {
     "DebuggerServer": "msdebug_hooks.server.server",
@@ -30,17 +29,4 @@ _EXPORTS = {
     "TensorUnavailable": "msdebug_hooks.server.errors",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'msdebug_hooks.server' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals())
