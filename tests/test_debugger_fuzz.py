@@ -108,6 +108,7 @@ def _graph() -> DebugGraph:
 VALUES = {"fc.weight": np.array([[0.5, np.nan, 1.0], [2.0, -np.inf, 0.0]], np.float32), NAMES[1]: np.float32(2.5)}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_five_thousand_random_replies_neither_crash_nor_hang():
     """Run in a fresh interpreter: once MindSpore was imported in the pytest process (an earlier in-process test), it
