@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 from msdebug_hooks.cli import EXIT_FOUND, EXIT_OK
+from msdebug_hooks.cli._report import strict_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,7 +55,7 @@ def _diff(args: argparse.Namespace) -> int:
     if args.json:
         data = report.to_dict()
         data["problems"] = problems
-        print(json.dumps(_strict_json(data), indent=2, allow_nan=False))
+        print(json.dumps(strict_json(data), indent=2, allow_nan=False))
     else:
         print(report.format())
         for line in problems:
@@ -72,14 +72,3 @@ def _scan(args: argparse.Namespace) -> int:
     else:
         print(report.format())
     return EXIT_OK if report.ok else EXIT_FOUND
-
-
-def _strict_json(value):
-    """NaN/Inf are not JSON: write them as the strings "nan", "inf", "-inf" so any JSON reader accepts the output."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {key: _strict_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict_json(item) for item in value]
-    return value

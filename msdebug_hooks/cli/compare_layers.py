@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 
-from msdebug_hooks.cli import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
-from msdebug_hooks.cli.ckpt import _strict_json
+from msdebug_hooks.cli import EXIT_BAD_INPUT
+from msdebug_hooks.cli._report import print_report
 from msdebug_hooks.errors import ConfigError, DumpError
 
 _KIND_CHOICES = {"forward": ("forward-output",), "gradients": ("parameter-gradient",), "parameters": ("parameter",),
@@ -65,9 +64,5 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, DumpError, FileNotFoundError, OSError) as exc:
         print(f"msdebug compare-layers: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.json:
-        print(json.dumps(_strict_json(report.to_dict()), indent=1, allow_nan=False))
-    else:
-        print(report.format())
-    return EXIT_OK if report.ok else EXIT_FOUND
+    return print_report(report, args.json)
 
