@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from lenet import synthetic_batches  # noqa: E402
+from echo_msdebug import msdebug  # noqa: E402
 from lenet_bn_mindspore import BN_MOMENTUM  # noqa: E402
 
 MISTAKEN_MOMENTUM = 0.1  # PyTorch's value, copied without translating it
@@ -108,16 +109,6 @@ def train_mindspore(workdir: Path, steps: int, torch_weights: Path, *, bn_moment
                 eval_losses.write(step, float(evaluate(x_eval, y_eval).asnumpy()))
     recorder.remove()
     return workdir
-
-
-def msdebug(*argv: str) -> int:
-    """Run an ``msdebug`` command in this process, as a user would in a shell."""
-    from msdebug_hooks.cli import main
-
-    print(f"\n$ msdebug {' '.join(argv)}", flush=True)
-    code = main(list(argv))
-    print(f"(exit {code})", flush=True)
-    return code
 
 
 def first_parted_step(run_a: Path, run_b: Path) -> int | None:

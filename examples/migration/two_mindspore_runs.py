@@ -27,6 +27,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent
+sys.path.insert(0, str(HERE))
+from echo_msdebug import msdebug  # noqa: E402
 SCALE = 10.0
 
 
@@ -76,16 +78,6 @@ def run_worker(name: str, workdir: Path, steps: int, change_after: int, dump_ste
     subprocess.run([sys.executable, __file__, "--worker", str(record_dir), "--steps", str(steps),
                     "--change-after", str(change_after)], env=env, check=True)
     return record_dir
-
-
-def msdebug(*args: str) -> int:
-    """Run an ``msdebug`` command in this process (as the shell would), echoing it."""
-    from msdebug_hooks.cli import main
-
-    print(f"\n$ msdebug {' '.join(args)}", flush=True)
-    code = main(list(args))
-    print(f"(exit code {code})", flush=True)
-    return code
 
 
 def main() -> int:
