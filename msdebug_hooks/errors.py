@@ -46,3 +46,8 @@ class DumpError(ValueError):
         if detail:
             message += f" ({detail})"
         super().__init__(message)
+
+
+class MissingExtraError(ImportError):
+    """An optional extra (``torch``, ``plot``) is not installed; the message is the ``pip install`` line that adds
+    it. Subclasses ``ImportError``, so ``except ImportError`` in user code still catches it."""

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from msdebug_hooks import __version__
 from msdebug_hooks._files import os_error_text
-from msdebug_hooks.errors import ConfigError, DumpError
+from msdebug_hooks.errors import ConfigError, DumpError, MissingExtraError
 
 EXIT_OK, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -63,6 +63,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_BAD_INPUT
     except OSError as exc:  # a file or directory that cannot be read or written: its name and the reason
         print(f"msdebug {args.command}: error: {os_error_text(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except MissingExtraError as exc:  # an optional extra the command needs: the pip line that installs it
+        print(f"msdebug {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

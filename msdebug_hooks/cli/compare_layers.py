@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 
-from msdebug_hooks.cli import EXIT_BAD_INPUT
 from msdebug_hooks.cli._report import print_report
-from msdebug_hooks.errors import ConfigError, DumpError
+from msdebug_hooks.errors import ConfigError
 
 _KIND_CHOICES = {"forward": ("forward-output",), "gradients": ("parameter-gradient",), "parameters": ("parameter",),
                  "all": ("forward-output", "parameter-gradient", "parameter")}
@@ -50,19 +48,15 @@ def run(args: argparse.Namespace) -> int:
     from msdebug_hooks.compare.metrics import DEFAULT_TOLERANCE
     from msdebug_hooks.compare.naming import load_name_mapping
 
+    changes = {k: v for k, v in (("rtol", args.rtol), ("atol", args.atol)) if v is not None}
     try:
-        changes = {k: v for k, v in (("rtol", args.rtol), ("atol", args.atol)) if v is not None}
-        try:
-            tolerance = dataclasses.replace(DEFAULT_TOLERANCE, **changes)
-        except ValueError as exc:
-            raise ConfigError("--rtol/--atol", changes, "finite numbers >= 0", detail=str(exc)) from None
-        mapping = load_name_mapping(args.mapping) if args.mapping else None
-        report = compare_layers(args.a, args.b, step_a=args.step, step_b=args.step_b, mapping=mapping,
-                                tolerance=tolerance, kinds=_KIND_CHOICES[args.kinds], warnings_diverge=args.strict)
-        if args.csv:
-            atomic_write_text(args.csv, report.to_csv(), mode=0o644)
-    except (ConfigError, DumpError, FileNotFoundError, OSError) as exc:
-        print(f"msdebug compare-layers: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        tolerance = dataclasses.replace(DEFAULT_TOLERANCE, **changes)
+    except ValueError as exc:
+        raise ConfigError("--rtol/--atol", changes, "finite numbers >= 0", detail=str(exc)) from None
+    mapping = load_name_mapping(args.mapping) if args.mapping else None
+    report = compare_layers(args.a, args.b, step_a=args.step, step_b=args.step_b, mapping=mapping,
+                            tolerance=tolerance, kinds=_KIND_CHOICES[args.kinds], warnings_diverge=args.strict)
+    if args.csv:
+        atomic_write_text(args.csv, report.to_csv(), mode=0o644)
     return print_report(report, args.json)
 

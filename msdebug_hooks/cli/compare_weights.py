@@ -14,9 +14,7 @@ Example::
 from __future__ import annotations
 
 import argparse
-import sys
 
-from msdebug_hooks.cli import EXIT_BAD_INPUT
 from msdebug_hooks.cli._report import print_report
 from msdebug_hooks.errors import ConfigError
 
@@ -38,13 +36,9 @@ def run(args: argparse.Namespace) -> int:
     from msdebug_hooks.compare.naming import load_name_mapping
     from msdebug_hooks.compare.weights import compare_weights
 
-    try:
-        for field_name, value in (("--rtol", args.rtol), ("--atol", args.atol)):
-            if not value >= 0:
-                raise ConfigError(field_name, value, "a number >= 0")
-        mapping = load_name_mapping(args.mapping) if args.mapping else None
-        report = compare_weights(args.a, args.b, mapping=mapping, rtol=args.rtol, atol=args.atol)
-    except (ConfigError, FileNotFoundError, ImportError, OSError) as exc:
-        print(f"msdebug compare-weights: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    for field_name, value in (("--rtol", args.rtol), ("--atol", args.atol)):
+        if not value >= 0:
+            raise ConfigError(field_name, value, "a number >= 0")
+    mapping = load_name_mapping(args.mapping) if args.mapping else None
+    report = compare_weights(args.a, args.b, mapping=mapping, rtol=args.rtol, atol=args.atol)
     return print_report(report, args.json)

@@ -6,11 +6,12 @@ from pathlib import Path
 
 from msdebug_hooks._files import atomic_path
 from msdebug_hooks.compare.loss_diff import LossComparison
+from msdebug_hooks.errors import MissingExtraError
 
 INSTALL_HINT = 'pip install "msdebug-hooks[plot]"'
 
 
-class PlotUnavailable(RuntimeError):
+class PlotUnavailable(MissingExtraError):
     """matplotlib is not installed."""
 
 

@@ -16,16 +16,17 @@ from __future__ import annotations
 from typing import Any, Iterable, Optional, Sequence
 
 from msdebug_hooks.compare.layer_capture import PARAMETER, PARAMETER_GRADIENT, FrameworkRecorder, PathLike, StepRecorder
+from msdebug_hooks.errors import MissingExtraError
 
 TORCH_EXTRA_HINT = 'PyTorch is not installed: pip install "msdebug-hooks[torch]"'
 
 
 def import_torch():
-    """``torch``, or ``ImportError`` naming the extra to install."""
+    """``torch``, or ``MissingExtraError`` (an ``ImportError``) naming the extra to install."""
     try:
         import torch
     except ImportError as exc:
-        raise ImportError(TORCH_EXTRA_HINT) from exc
+        raise MissingExtraError(TORCH_EXTRA_HINT) from exc
     return torch
 
 
