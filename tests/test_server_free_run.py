@@ -11,30 +11,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 
 from conftest import ROOT, fresh_env
-from server_training import training
+from server_training import eventually, training
 from msdebug_hooks.server import DebuggerServer, JobState
 
 pytestmark = [pytest.mark.mindspore, pytest.mark.timeout(400)]
-
-
-def _eventually(predicate, timeout: float = 120.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:g} s: {what}")
-        time.sleep(0.01)
 
 
 def test_free_runs_count_steps_pause_within_a_step_stop_at_hits_and_terminate(tmp_path):
     with DebuggerServer(port=0, log_reports=False) as server, \
             training(tmp_path, server.port, "--nan-batch", "29") as run:
         job = server.wait_for_training(timeout=120, process=run.proc)
-        _eventually(lambda: job.free_run_capable, what="a heartbeat saying the client can free-run")
+        eventually(lambda: job.free_run_capable, timeout=120, what="a heartbeat saying the client can free-run")
 
         waits = job.waits
         assert job.run(10) == [] and (job.step, job.state) == (10, JobState.WAITING)   # exactly ten steps
@@ -43,7 +34,7 @@ def test_free_runs_count_steps_pause_within_a_step_stop_at_hits_and_terminate(tm
 
         waits = job.waits
         job.run(None)                                                   # free run until a pause
-        _eventually(lambda: run.steps() >= 15, what="the free run reaching step 15")
+        eventually(lambda: run.steps() >= 15, timeout=120, what="the free run reaching step 15")
         asked_at = run.steps()                 # step `asked_at` has ended; the next one may be ending
         paused = job.pause(timeout=120)
         assert asked_at <= paused <= asked_at + 2 and run.logged_through(paused)
@@ -58,7 +49,7 @@ def test_free_runs_count_steps_pause_within_a_step_stop_at_hits_and_terminate(tm
 
         job.unwatch()
         job.run(None)
-        _eventually(lambda: run.steps() >= 33, what="the free run going on after the hit")
+        eventually(lambda: run.steps() >= 33, timeout=120, what="the free run going on after the hit")
         assert job.terminate(timeout=120) is JobState.TERMINATED
         assert run.proc.wait(120) == 0
         assert run.lines()[-1] == "end" and "training finished" in run.out()
@@ -87,7 +78,7 @@ def test_a_server_killed_during_a_free_run_does_not_hold_the_training(tmp_path):
         port = int(server.stdout.readline())
         with training(tmp_path, port, "--batches", "40") as run:
             assert server.stdout.readline().strip() == "running"
-            _eventually(lambda: run.steps() >= 3, what="the free run reaching step 3")
+            eventually(lambda: run.steps() >= 3, timeout=120, what="the free run reaching step 3")
             server.kill()                                   # no goodbye: the connection just breaks
             server.wait(30)
             assert run.proc.wait(120) == 0                  # it trained on, undebugged, to the end

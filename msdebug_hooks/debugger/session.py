@@ -47,7 +47,7 @@ from msdebug_hooks.debugger.sources import TensorProvider, TensorSource, as_sour
 from msdebug_hooks.debugger.transport import Transport, TransportError
 from msdebug_hooks.debugger.validate import MAX_VIEW_BYTES, RateLimitedLog
 from msdebug_hooks.debugger.viewing import TensorViewer
-from msdebug_hooks.debugger.watchpoints import ReceivedWatchpoint, WatchpointTable
+from msdebug_hooks.debugger.watchpoints import ReceivedWatchpoint, WatchpointTable, prepare_engine
 from msdebug_hooks.errors import ConfigError
 
 __all__ = ["Decision", "SessionState", "DebuggerSession"]
@@ -173,6 +173,7 @@ class DebuggerSession:
                   "and Ascend adds operator_overflow, which a step-level client cannot evaluate)",
                   self.transport.address, self.ms_version, REPORTED_BACKEND,
                   f" while training on {self.device_target}" if self.device_target else "")
+        prepare_engine()                 # the statistics engine's first-use cost lands here, not in a step
         if wait_for_server and not wait_for_listener(self.transport, self._progress, self.step):
             return self._detach(f"stopped waiting for the debugger server at {self.transport.address}")
         problem = reach_server(self.transport, lambda: self._handshake(timeout), self._sleep)

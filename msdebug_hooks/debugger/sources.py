@@ -70,9 +70,13 @@ class TensorSource(ABC):
 
     def keep_previous(self, tensors: Iterable[str]) -> None:
         """A suspension ends: copy these tensors' current values into the previous-step buffers, forget the rest."""
-        values = [(name, value) for name in tensors if (value := self.current(name)) is not None]
-        self._previous = self._copies.keep(values)
-        self.forget_current()
+        if tensors:
+            values = [(name, value) for name in tensors if (value := self.current(name)) is not None]
+            self._previous = self._copies.keep(values)
+        elif self._previous:
+            self._previous = {}
+            self._copies = PreviousCopies()
+        self._current.clear()
 
     def forget_current(self) -> None:
         """The values read so far are stale (a step ran, or a view must read again)."""
