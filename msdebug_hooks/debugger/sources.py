@@ -94,36 +94,38 @@ class PreviousCopies:
     their shapes and dtypes stay the same (they do, step after step)."""
 
     def __init__(self) -> None:
-        self._layout: tuple = ()
-        self._buffers: list[np.ndarray] = []          # one per dtype, in order of first appearance
+        self._layout: list = []
+        self._groups: list[tuple[np.ndarray, list[int]]] = []   # (buffer, indices of the values it holds)
         self._views: dict[str, np.ndarray] = {}
 
     def keep(self, values: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """Copy ``(name, value)`` pairs; returns the copies by name (views into the buffers, overwritten by the
         next ``keep``)."""
-        by_dtype: dict[str, list[tuple[str, np.ndarray]]] = {}
-        for pair in values:
-            by_dtype.setdefault(pair[1].dtype.str, []).append(pair)
-        layout = tuple((name, value.shape, value.dtype.str) for name, value in values)
+        layout = [(name, value.shape, value.dtype) for name, value in values]
         if layout != self._layout:
             self._layout = layout
-            self._allocate(by_dtype.values())
-        for buffer, pairs in zip(self._buffers, by_dtype.values()):
-            if len(pairs) == 1:
-                np.copyto(self._views[pairs[0][0]], pairs[0][1])
+            self._allocate(values)
+        for buffer, indices in self._groups:
+            if len(indices) == 1:
+                name, value = values[indices[0]]
+                np.copyto(self._views[name], value)
             else:
-                np.concatenate([value.reshape(-1) for _, value in pairs], out=buffer)
+                np.concatenate([values[i][1].reshape(-1) for i in indices], out=buffer)
         return self._views
 
-    def _allocate(self, groups: Iterable[list[tuple[str, np.ndarray]]]) -> None:
-        self._buffers, self._views = [], {}
-        for pairs in groups:
-            buffer = np.empty(sum(value.size for _, value in pairs), dtype=pairs[0][1].dtype)
+    def _allocate(self, values: list[tuple[str, np.ndarray]]) -> None:
+        by_dtype: dict[np.dtype, list[int]] = {}
+        for index, (_, value) in enumerate(values):
+            by_dtype.setdefault(value.dtype, []).append(index)
+        self._groups, self._views = [], {}
+        for dtype, indices in by_dtype.items():
+            buffer = np.empty(sum(values[i][1].size for i in indices), dtype=dtype)
             offset = 0
-            for name, value in pairs:
+            for i in indices:
+                name, value = values[i]
                 self._views[name] = buffer[offset:offset + value.size].reshape(value.shape)
                 offset += value.size
-            self._buffers.append(buffer)
+            self._groups.append((buffer, indices))
 
 
 class GraphTensorSource(TensorSource):
