@@ -11,7 +11,7 @@ level MindInsight never sends, and other clients keep getting one step per wait.
 * at each step end checks the watchpoints as always, keeps the previous-step copies, and looks whether the watch has
   been answered (a flag, no call). It comes back to a normal, blocking ``WaitCMD`` when a watchpoint hit (the hits
   are sent first, as always), when N steps are done, or when the watch was answered, whatever the answer: the server
-  answers it when it wants the training's attention (a pause, a terminate, a watchpoint change, a view);
+  answers it when it wants the training's attention (a pause, a terminate, a watchpoint change);
 * drops the watch when it comes back (cancel; the server lets a cancelled watch go quietly).
 
 So a pause asked for during step k lands at the end of step k (at the latest k+1, when the answer crosses the step
