@@ -782,8 +782,8 @@ def _verdict(met: bool) -> str:
 
 
 def _print_targets(lenet: dict, idle: float, transformer: dict | None) -> None:
-    """Issue 14's acceptance lines 1-2, from this run's numbers. Step shares are of the plain median step (as the
-    issue states them), with the fastest plain step beside them."""
+    """Issue 14's acceptance lines 1-2, from this run's numbers. Step shares are judged, conservatively, on the
+    fastest plain step (the closest to an idle machine; load inflates the median), the median's share beside it."""
     none, raw = lenet["debugger, no watchpoint"], lenet["raw unary call at step end"]
     ratio, cpu_ratio = none["wall"] / raw["wall"], none["cpu"] / raw["cpu"]
     print(f"target no watchpoint, in-hook <= 1.3x one raw unary round trip: {_verdict(ratio <= 1.3)} "
@@ -795,18 +795,20 @@ def _print_targets(lenet: dict, idle: float, transformer: dict | None) -> None:
     for name in (f"debugger, {len(WATCHPOINTS)} watchpoints x 8 weights", f"our server free run, {len(WATCHPOINTS)} "
                  "watchpoints"):
         five = lenet[name]
-        print(f"target {name}, in-hook <= 15 % of a LeNet step: {_verdict(five['wall'] <= 0.15 * five['plain'])} "
-              f"({100 * five['wall'] / five['plain']:.1f} % of the median, {100 * five['wall'] / five['fastest']:.1f} "
-              f"% of the fastest step; {five['wall'] * 1e3:.2f} ms)")
+        print(f"target {name}, in-hook <= 15 % of a LeNet step: {_verdict(five['wall'] <= 0.15 * five['fastest'])} "
+              f"({100 * five['wall'] / five['fastest']:.1f} % of the fastest, {100 * five['wall'] / five['plain']:.1f} "
+              f"% of the median step; {five['wall'] * 1e3:.2f} ms, CPU {five['cpu'] * 1e3:.2f} ms)")
     free = lenet["our server free run, no watchpoint"]
     print(f"our server's free run, no watchpoint: {free['wall'] * 1e6:.0f} us in-hook per step "
-          f"({100 * free['wall'] / free['plain']:.2f} % of the median step), end-to-end {100 * free['end_to_end']:+.2f} %")
+          f"({100 * free['wall'] / free['plain']:.2f} % of the median step), end-to-end "
+          f"{100 * free['end_to_end']:+.2f} %")
     if transformer is not None:
         name = next(n for n in transformer if n.startswith(f"debugger, {len(WATCHPOINTS)} watchpoints"))
         five = transformer[name]
         print(f"target transformer {name}, in-hook <= 5 % of its step: "
-              f"{_verdict(five['wall'] <= 0.05 * five['plain'])} ({100 * five['wall'] / five['plain']:.2f} % of the "
-              f"median step, {five['wall'] * 1e3:.1f} ms of {five['plain'] * 1e3:.0f} ms)")
+              f"{_verdict(five['wall'] <= 0.05 * five['fastest'])} ({100 * five['wall'] / five['fastest']:.2f} % of "
+              f"the fastest step, {five['wall'] * 1e3:.1f} ms of {five['fastest'] * 1e3:.0f} ms; CPU "
+              f"{five['cpu'] * 1e3:.1f} ms)")
 
 
 if __name__ == "__main__":

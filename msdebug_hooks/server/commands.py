@@ -21,8 +21,8 @@ from msdebug_hooks.conditions import Condition
 from msdebug_hooks.debugger.free_run import FREE_RUN_LEVEL
 from msdebug_hooks.server.graph import Node
 
-__all__ = ["run_step", "free_run", "recheck", "terminate", "set_watchpoint", "delete_watchpoint", "view", "ok", "failed",
-           "version_reply", "LEVELS"]
+__all__ = ["run_step", "free_run", "recheck", "terminate", "set_watchpoint", "delete_watchpoint", "view", "ok",
+           "failed", "version_reply", "LEVELS"]
 
 LEVELS = {"value": pb.ViewCMD.value, "statistics": pb.ViewCMD.statistics, "base": pb.ViewCMD.base}
 
