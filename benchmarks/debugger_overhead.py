@@ -1,28 +1,37 @@
-"""What the online debugger client costs on real MindSpore CPU training of LeNet-5 (batch 32), measured in one run.
+"""What the online debugger client costs on real MindSpore CPU training, measured in one run: LeNet-5 (batch 32)
+and the 25 M-parameter, 228-tensor transformer of ``small_transformer.py``.
 
 A small debugger server of our own runs in a separate process (as MindInsight would) in "continue" mode: it answers
 every ``WaitCMD`` at once with "run one step", as MindInsight does during a continue, so what is measured is the
-client. Three variants, each with its own compiled model, warmed up first, then trained in interleaved rounds
+client. LeNet variants, each with its own compiled model, warmed up first, then trained in interleaved rounds
 (rotating order) so drift and the other processes on the machine hit all of them alike:
 
 * plain training;
-* ``DebuggerCallback`` attached, no watchpoint (one blocking ``WaitCMD`` per step end);
+* the floor: plain training plus one raw grpcio unary ``WaitCMD`` call per step end, of the same request (a
+  ``Metadata`` of the same size) to the same server process on the same loopback, made where the debugger makes it;
+* ``DebuggerCallback`` attached, no watchpoint (one blocking ``WaitCMD`` per step end, as with MindInsight);
 * ``DebuggerCallback`` with 5 watchpoints on all 8 weights (overflow, too large, too small, change too large, not
-  changed: none of them hits), set by the server at the initial suspension as MindInsight does.
+  changed: none of them hits), set by the server at the initial suspension as MindInsight does;
+* our own server (``msdebug_hooks.server``, in its own process) running the training "until a hit" as a free run
+  (no ``WaitCMD`` per step, ``debugger/free_run.py``), without and with the same 5 watchpoints on all weights.
 
-Two numbers per variant: end-to-end (median step time, between consecutive ``on_train_step_begin``, first step of
-each round dropped, as a ratio to plain training's) and in-hook (median wall time spent inside the debugger's step
-hook per step, timed inside its step end (it runs before every other callback's, so marker callbacks around it in
-the list cannot bracket it), divided by plain training's median step and, conservatively, by its
-fastest step, the one closest to an idle machine; the targets are judged on the latter). The in-hook number
+Numbers per variant: end-to-end (median step time, between consecutive ``on_train_step_begin``, first step of each
+round dropped, as a ratio to plain training's) and in-hook (median wall and thread CPU time spent inside the step
+hook per step, timed inside the debugger's step end, which runs before every other callback's, so marker callbacks
+around it cannot bracket it), as a share of plain training's median step and of its fastest one. The in-hook number
 is the less load-sensitive one; the end-to-end one also contains gRPC threads and the server's CPU, and on a busy
-machine its noise exceeds the effect. Targets (issue 5): no watchpoint <= 5 %, 5 watchpoints <= 15 %.
+machine its noise exceeds the effect. The raw call is also timed back to back outside training. Targets (issue 14):
+no watchpoint, in-hook <= 1.3x the raw call at the same step end and end-to-end <= 5 %; 5 watchpoints, in-hook
+<= 15 % of a LeNet step. The transformer (``--transformer-rounds``, ``--transformer-steps``; one compiled model for
+all its variants) runs plain, with the debugger without watchpoints and with the 5 watchpoints on all 228 parameter
+tensors; target: in-hook <= 5 % of its step.
 
 Tensor view throughput: the client's whole answer to a ``ViewCMD`` for a 32 MiB weight (read the parameter, build
 the answer, cut it into 3 MiB pieces, stream them) against raw grpcio on the same loopback and server process (a
 client-streaming call of ready-made 3 MiB ``bytes`` with identity serializers). Target: >= 70 % of raw.
 
-Run: ``python benchmarks/debugger_overhead.py [--rounds 6] [--steps 40]``.
+Run: ``python benchmarks/debugger_overhead.py [--rounds 6] [--steps 40] [--transformer-rounds 2]`` (about 4 minutes
+on an idle 2-core machine).
 
 Dump source (issue 6, ``--dump-source``, a separate section): LeNet-5 batch 32 in GRAPH_MODE with
 ``DebuggerCallback(source="dump")``, which has MindSpore dump every kernel's outputs each step into tmpfs and deletes
@@ -79,14 +88,16 @@ WATCHPOINTS = [   # (condition, enabled parameter): none of these hits on health
 class _ContinueServer:
     """Answers every wait with "run one step"; at step 0 of each session it first sends ``watchpoints`` SetCMDs."""
 
-    def __init__(self, watchpoints: int) -> None:
+    def __init__(self, watchpoints: int, weights: list[str] | None = None) -> None:
         self.watchpoints = watchpoints
+        self.weights = weights          # bare parameter names to watch (None: LeNet's, scoped as MindInsight sends)
         self.pending: list[pb.EventReply] = []
 
     def _set_cmds(self) -> list[pb.EventReply]:
         scope = "Default/network-WithLossCell/_backbone-LeNet5"
-        nodes = [pb.WatchNode(node_name=f"{scope}/{w.split('.')[0]}-{'Conv2d' if 'conv' in w else 'Dense'}/{w}",
-                              node_type="Parameter") for w in WEIGHTS]
+        names = self.weights if self.weights is not None else [
+            f"{scope}/{w.split('.')[0]}-{'Conv2d' if 'conv' in w else 'Dense'}/{w}" for w in WEIGHTS]
+        nodes = [pb.WatchNode(node_name=name, node_type="Parameter") for name in names]
         replies = []
         for index, (condition, param) in enumerate(WATCHPOINTS[:self.watchpoints], start=1):
             params = [Cond.Parameter(name=param[0], value=param[1])] if param else []
@@ -126,11 +137,13 @@ def _count_pieces(iterator, context) -> pb.EventReply:
     return pb.EventReply()
 
 
-def serve(watchpoints: int) -> None:
+def serve(watchpoints: int, weights_file: str = "") -> None:
     """The debugger service, except that ``SendTensors`` pieces are counted, not parsed (parsing a 3 MiB message
-    is the server's cost, and the raw baseline's server does not pay it either)."""
+    is the server's cost, and the raw baseline's server does not pay it either). ``weights_file``: parameter names
+    to watch, one a line (default LeNet's)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))   # gRPC's default 4 MiB receive limit
-    servicer = _ContinueServer(watchpoints)
+    weights = Path(weights_file).read_text().split() if weights_file else None
+    servicer = _ContinueServer(watchpoints, weights)
     unary = {name: grpc.unary_unary_rpc_method_handler(getattr(servicer, name), request_deserializer=kind.FromString,
                                                        response_serializer=pb.EventReply.SerializeToString)
              for name, kind in (("WaitCMD", pb.Metadata), ("SendMetadata", pb.Metadata),
@@ -153,9 +166,9 @@ def serve(watchpoints: int) -> None:
     server.stop(None)
 
 
-def _start_server(watchpoints: int) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(watchpoints)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+def _start_server(watchpoints: int, weights_file: str = "") -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(watchpoints), "--weights", weights_file],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     return proc, int(proc.stdout.readline())
 
 
@@ -178,68 +191,173 @@ def _marker_class():
     return Marker
 
 
-def _step_overhead(rounds: int, steps: int) -> dict[str, tuple[float, float]]:
+def _hook_classes(spent: list[tuple[float, float]]):
+    """Callbacks that record (wall, thread CPU) seconds of their step end in ``spent``: the debugger (timed inside
+    its step end, which runs before every other callback's, so marker callbacks cannot bracket it), and the floor
+    it is compared with: one raw grpcio unary ``WaitCMD`` call of the same request (a ``Metadata`` of the same size)
+    to the same server process over the same loopback, made at the same point of each step."""
     import logging
 
-    from lenet import make_dataset, make_model
+    from mindspore.train import Callback
+
     from msdebug_hooks.debugger.callback import DebuggerCallback
 
     logging.getLogger("msdebug_hooks").setLevel(logging.WARNING)     # no per-train connect lines
-    servers = {n: _start_server(n) for n in (0, len(WATCHPOINTS))}
-    spent: list[float] = []
 
     class TimedDebugger(DebuggerCallback):
         def _step_end(self, run_context) -> None:
-            start = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.thread_time()
             try:
                 super()._step_end(run_context)
             finally:
-                spent.append(time.perf_counter() - start)
+                spent.append((time.perf_counter() - wall, time.thread_time() - cpu))
 
+    class RawStepEnd(Callback):
+        def __init__(self, port: int) -> None:
+            super().__init__()
+            self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+            self.call = self.channel.unary_unary("/debugger.EventListener/WaitCMD",
+                                                 request_serializer=pb.Metadata.SerializeToString,
+                                                 response_deserializer=None)
+            self.step = 0
+
+        def on_train_step_end(self, run_context) -> None:
+            wall, cpu = time.perf_counter(), time.thread_time()
+            self.step += 1
+            self.call(pb.Metadata(device_name="0:0", cur_step=self.step, backend="GPU", cur_node=""))
+            spent.append((time.perf_counter() - wall, time.thread_time() - cpu))
+
+        def on_train_end(self, run_context) -> None:
+            self.channel.close()
+
+    return TimedDebugger, RawStepEnd
+
+
+def _raw_idle(port: int, calls: int = 300) -> float:
+    """Median wall seconds of back-to-back raw unary calls, outside training (a quiet process)."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.unary_unary("/debugger.EventListener/WaitCMD", request_serializer=pb.Metadata.SerializeToString,
+                                   response_deserializer=None)
+        times = []
+        for step in range(calls + 10):
+            start = time.perf_counter()
+            call(pb.Metadata(device_name="0:0", cur_step=step, backend="GPU", cur_node=""))
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[10:])
+
+
+def _rounds(variants: dict, models: dict, datasets: dict, rounds: int,
+            spent: list) -> tuple[dict[str, list[float]], dict[str, list[tuple[float, float]]]]:
+    """Interleaved rounds (rotating order): step times (between consecutive step begins, the first step of each
+    round dropped) and hook times (the first step of each round dropped) per variant."""
+    Marker = _marker_class()
+    step_times: dict[str, list[float]] = {name: [] for name in variants}
+    hook_times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    order = list(variants)
+    for index in range(rounds):
+        for name in order[index % len(order):] + order[:index % len(order)]:
+            outer = Marker()
+            spent.clear()
+            models[name].train(1, datasets[name], callbacks=[outer, *variants[name]()], dataset_sink_mode=False)
+            step_times[name] += [b - a for a, b in zip(outer.begins[1:-1], outer.begins[2:])]
+            hook_times[name] += spent[1:] if name != "plain" else [(0.0, 0.0)] * max(len(outer.ends) - 1, 0)
+    return step_times, hook_times
+
+
+def _report(title: str, step_times: dict, hook_times: dict) -> dict[str, dict[str, float]]:
+    """Print the table; returns per variant: step, end_to_end (ratio - 1), wall and cpu in-hook seconds, and the
+    plain median / fastest steps."""
+    plain = statistics.median(step_times["plain"])
+    fast = min(step_times["plain"])          # the fastest plain step: the closest to an idle machine
+    print(title)
+    print(f"plain step: median {plain * 1e3:.3f} ms, fastest {fast * 1e3:.3f} ms "
+          f"({len(step_times['plain'])} timed steps per variant)")
+    print(f"{'variant':<44} {'median step':>12} {'end-to-end':>11} {'in-hook':>10} {'CPU':>9} {'of median':>10} "
+          f"{'of fastest':>11}")
+    results = {}
+    for name in step_times:
+        median = statistics.median(step_times[name])
+        wall = statistics.median(h[0] for h in hook_times[name])
+        cpu = statistics.median(h[1] for h in hook_times[name])
+        results[name] = {"step": median, "end_to_end": median / plain - 1.0, "wall": wall, "cpu": cpu,
+                         "plain": plain, "fastest": fast}
+        print(f"{name:<44} {median * 1e3:>9.3f} ms {100 * (median / plain - 1):>+10.2f}% {wall * 1e6:>7.0f} us "
+              f"{cpu * 1e6:>6.0f} us {100 * wall / plain:>9.2f}% {100 * wall / fast:>10.2f}%")
+    return results
+
+
+def _lenet_overhead(rounds: int, steps: int) -> tuple[dict[str, dict[str, float]], float]:
+    """LeNet-5: plain, the raw call floor, the debugger with MindInsight's one wait per step (no watchpoint, 5 x 8
+    weights), and our server's free run (no watchpoint, 5 x 8 weights). Returns the results and the idle raw
+    round trip."""
+    from lenet import make_dataset, make_model
+
+    servers = {n: _start_server(n) for n in (0, len(WATCHPOINTS))}
+    ours = {n: _start_ours(n) for n in (0, len(SERVER_WATCHPOINTS))}
+    spent: list[tuple[float, float]] = []
+    TimedDebugger, RawStepEnd = _hook_classes(spent)
+    five = len(WATCHPOINTS)
     variants = {
         "plain": lambda: [],
+        "raw unary call at step end": lambda: [RawStepEnd(servers[0][1])],
         "debugger, no watchpoint": lambda: [TimedDebugger("127.0.0.1", servers[0][1])],
-        f"debugger, {len(WATCHPOINTS)} watchpoints x 8 weights":
-            lambda: [TimedDebugger("127.0.0.1", servers[len(WATCHPOINTS)][1])],
+        f"debugger, {five} watchpoints x 8 weights": lambda: [TimedDebugger("127.0.0.1", servers[five][1])],
+        "our server free run, no watchpoint": lambda: [TimedDebugger("127.0.0.1", ours[0][1])],
+        f"our server free run, {five} watchpoints": lambda: [TimedDebugger("127.0.0.1", ours[five][1])],
     }
-    Marker = _marker_class()
     models = {name: make_model(0.01)[0] for name in variants}
     datasets = {name: make_dataset(steps, prebuilt=True) for name in variants}
-    step_times: dict[str, list[float]] = {name: [] for name in variants}
-    hook_times: dict[str, list[float]] = {name: [] for name in variants}
     try:
         for name, model in models.items():      # warm up: compile and first steps, not measured
             model.train(1, datasets[name], callbacks=variants[name](), dataset_sink_mode=False)
-        order = list(variants)
-        for index in range(rounds):
-            for name in order[index % len(order):] + order[:index % len(order)]:
-                outer = Marker()
-                spent.clear()
-                models[name].train(1, datasets[name], callbacks=[outer, *variants[name]()], dataset_sink_mode=False)
-                step_times[name] += [b - a for a, b in zip(outer.begins[1:-1], outer.begins[2:])]
-                hook_times[name] += spent[1:] if name != "plain" else [0.0] * max(len(outer.ends) - 1, 0)
+        step_times, hook_times = _rounds(variants, models, datasets, rounds, spent)
+        idle = _raw_idle(servers[0][1])
+    finally:
+        for proc, _port in (*servers.values(), *ours.values()):
+            proc.stdin.close()
+            proc.wait(10)
+    import mindspore
+
+    results = _report(f"MindSpore {mindspore.__version__} CPU, LeNet-5 batch 32, {rounds} interleaved rounds x "
+                      f"{steps} steps per variant; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs",
+                      step_times, hook_times)
+    print(f"raw unary round trip, back to back outside training: median {idle * 1e6:.0f} us")
+    return results, idle
+
+
+def _transformer_overhead(rounds: int, steps: int) -> dict[str, dict[str, float]]:
+    """The 25 M-parameter transformer: plain, the debugger without watchpoints and with 5 on all its parameters
+    (one wait per step, as with MindInsight). One compiled model serves every variant (its compile is long)."""
+    import tempfile
+
+    from small_transformer import make_transformer_dataset, make_transformer_model, parameter_count
+
+    model, network = make_transformer_model()
+    count, tensors = parameter_count(network)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as names:
+        names.write("\n".join(p.name for p in network.trainable_params()))
+    servers = {n: _start_server(n, names.name) for n in (0, len(WATCHPOINTS))}
+    spent: list[tuple[float, float]] = []
+    TimedDebugger, _ = _hook_classes(spent)
+    five = len(WATCHPOINTS)
+    variants = {
+        "plain": lambda: [],
+        "debugger, no watchpoint": lambda: [TimedDebugger("127.0.0.1", servers[0][1])],
+        f"debugger, {five} watchpoints x {tensors} tensors": lambda: [TimedDebugger("127.0.0.1", servers[five][1])],
+    }
+    dataset = make_transformer_dataset(steps)
+    try:
+        model.train(1, make_transformer_dataset(2), dataset_sink_mode=False)     # compile, not measured
+        step_times, hook_times = _rounds(variants, {n: model for n in variants}, {n: dataset for n in variants},
+                                         rounds, spent)
     finally:
         for proc, _port in servers.values():
             proc.stdin.close()
             proc.wait(10)
-    plain = statistics.median(step_times["plain"])
-    fast = min(step_times["plain"])          # the fastest plain step: the closest to an idle machine
-    import mindspore
-
-    print(f"MindSpore {mindspore.__version__} CPU, LeNet-5 batch 32, {rounds} interleaved rounds x {steps} steps "
-          f"per variant ({len(step_times['plain'])} timed steps each); load average {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} CPUs")
-    print(f"plain step: median {plain * 1e3:.3f} ms, fastest {fast * 1e3:.3f} ms")
-    print(f"{'variant':<38} {'median step':>12} {'end-to-end':>11} {'in-hook':>10} {'of median':>10} "
-          f"{'of fastest':>11}")
-    results = {}
-    for name in variants:
-        median = statistics.median(step_times[name])
-        hook = statistics.median(hook_times[name])
-        results[name] = (median / plain - 1.0, hook / fast)
-        print(f"{name:<38} {median * 1e3:>9.3f} ms {100 * (median / plain - 1):>+10.2f}% {hook * 1e6:>7.0f} us "
-              f"{100 * hook / plain:>9.2f}% {100 * hook / fast:>10.2f}%")
-    return results
+        os.unlink(names.name)
+    return _report(f"small transformer: {count / 1e6:.1f} M parameters in {tensors} tensors, {rounds} interleaved "
+                   f"rounds x {steps} steps per variant; load average {os.getloadavg()[0]:.1f}", step_times,
+                   hook_times)
 
 
 # -- tensor view throughput -------------------------------------------------------------------------------------
@@ -605,10 +723,15 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds per variant (default 6)")
     parser.add_argument("--steps", type=int, default=40, help="steps per round (default 40)")
     parser.add_argument("--views", type=int, default=5, help="timed views of the 32 MiB weight (default 5)")
+    parser.add_argument("--transformer-rounds", type=int, default=2,
+                        help="interleaved rounds of the 25 M-parameter transformer (default 2; 0 leaves it out)")
+    parser.add_argument("--transformer-steps", type=int, default=6,
+                        help="steps per transformer round (default 6; its step is ~0.6 s)")
     parser.add_argument("--mode", choices=("graph", "pynative"), default="graph",
                         help="MindSpore execution mode of the light-source section (default graph: the ~10 ms "
                              "LeNet step the targets refer to; PyNative steps are ~10x slower)")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--weights", default="", help=argparse.SUPPRESS)
     parser.add_argument("--dump-source", action="store_true",
                         help="measure the dump tensor source instead (issue 6; default rounds 3)")
     parser.add_argument("--serve-ops", action="store_true", help=argparse.SUPPRESS)
@@ -624,7 +747,7 @@ def main(argv=None) -> int:
         serve_ours(args.serve_ours)
         return 0
     if args.serve is not None:
-        serve(args.serve)
+        serve(args.serve, args.weights)
         return 0
     if args.serve_ops:
         serve_ops()
@@ -644,16 +767,48 @@ def main(argv=None) -> int:
         server_overhead(rounds, args.steps, not args.no_mindinsight)
         server_pull_throughput(args.views)
         return 0
-    results = _step_overhead(args.rounds, args.steps)
+    lenet, idle = _lenet_overhead(args.rounds, args.steps)
+    transformer = None
+    if args.transformer_rounds > 0:
+        transformer = _transformer_overhead(args.transformer_rounds, args.transformer_steps)
     client, raw = _view_throughput(args.views)
-    none = results["debugger, no watchpoint"]
-    five = results[f"debugger, {len(WATCHPOINTS)} watchpoints x 8 weights"]
-    for label, limit, (end_to_end, in_hook) in (("no watchpoint", 0.05, none), ("5 watchpoints", 0.15, five)):
-        print(f"target {label} <= {100 * limit:.0f} %: {'met' if in_hook <= limit else 'MISSED'} (in-hook "
-              f"{100 * in_hook:.2f} % of the fastest plain step, end-to-end {100 * end_to_end:+.2f} %)")
-    print(f"target view >= 70 % of raw grpcio: {'met' if client >= 0.7 * raw else 'MISSED'} "
-          f"({100 * client / raw:.0f} %)")
+    _print_targets(lenet, idle, transformer)
+    print(f"target view >= 70 % of raw grpcio: {_verdict(client >= 0.7 * raw)} ({100 * client / raw:.0f} %)")
     return 0
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
+
+
+def _print_targets(lenet: dict, idle: float, transformer: dict | None) -> None:
+    """Issue 14's acceptance lines 1-2, from this run's numbers. Step shares are judged, conservatively, on the
+    fastest plain step (the closest to an idle machine; load inflates the median), the median's share beside it."""
+    none, raw = lenet["debugger, no watchpoint"], lenet["raw unary call at step end"]
+    ratio, cpu_ratio = none["wall"] / raw["wall"], none["cpu"] / raw["cpu"]
+    print(f"target no watchpoint, in-hook <= 1.3x one raw unary round trip: {_verdict(ratio <= 1.3)} "
+          f"({ratio:.2f}x the raw call made at the same step end, {none['wall'] * 1e6:.0f} vs "
+          f"{raw['wall'] * 1e6:.0f} us; CPU {cpu_ratio:.2f}x; {none['wall'] / idle:.2f}x the raw call back to back "
+          f"outside training, {idle * 1e6:.0f} us)")
+    print(f"target no watchpoint, end-to-end <= 5 %: {_verdict(none['end_to_end'] <= 0.05)} "
+          f"({100 * none['end_to_end']:+.2f} %; the raw call alone: {100 * raw['end_to_end']:+.2f} %)")
+    for name in (f"debugger, {len(WATCHPOINTS)} watchpoints x 8 weights", f"our server free run, {len(WATCHPOINTS)} "
+                 "watchpoints"):
+        five = lenet[name]
+        print(f"target {name}, in-hook <= 15 % of a LeNet step: {_verdict(five['wall'] <= 0.15 * five['fastest'])} "
+              f"({100 * five['wall'] / five['fastest']:.1f} % of the fastest, {100 * five['wall'] / five['plain']:.1f} "
+              f"% of the median step; {five['wall'] * 1e3:.2f} ms, CPU {five['cpu'] * 1e3:.2f} ms)")
+    free = lenet["our server free run, no watchpoint"]
+    print(f"our server's free run, no watchpoint: {free['wall'] * 1e6:.0f} us in-hook per step "
+          f"({100 * free['wall'] / free['plain']:.2f} % of the median step), end-to-end "
+          f"{100 * free['end_to_end']:+.2f} %")
+    if transformer is not None:
+        name = next(n for n in transformer if n.startswith(f"debugger, {len(WATCHPOINTS)} watchpoints"))
+        five = transformer[name]
+        print(f"target transformer {name}, in-hook <= 5 % of its step: "
+              f"{_verdict(five['wall'] <= 0.05 * five['fastest'])} ({100 * five['wall'] / five['fastest']:.2f} % of "
+              f"the fastest step, {five['wall'] * 1e3:.1f} ms of {five['fastest'] * 1e3:.0f} ms; CPU "
+              f"{five['cpu'] * 1e3:.1f} ms)")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
@@ -41,6 +42,15 @@ class Training:
 
     def out(self) -> str:
         return self.output.read_text(errors="replace") if self.output.exists() else ""
+
+
+def eventually(predicate, timeout: float = 60.0, what: str = "") -> None:
+    """Poll ``predicate`` until it holds; AssertionError naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what}")
+        time.sleep(0.01)
 
 
 def training_env(port: int, **extra: str) -> dict:

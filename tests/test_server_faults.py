@@ -7,25 +7,16 @@ from __future__ import annotations
 import signal
 import socket
 import threading
-import time
 
 import grpc
 import numpy as np
 import pytest
 
-from server_training import training
+from server_training import eventually as _eventually, training
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
 from msdebug_hooks.server import DebuggerServer, JobLost, JobState
 
 pytestmark = [pytest.mark.mindspore, pytest.mark.timeout(300)]
-
-
-def _eventually(predicate, timeout: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:g} s: {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -227,12 +227,13 @@ class DebuggerCallback(Callback):
         session = self.session
         if session is None or not session.active:
             return
-        outputs = run_context.original_args().net_outputs
-        self._tensors.set_outputs(outputs, getattr(run_context.original_args(), "train_dataset_element", None))
+        params = run_context.original_args()
         if self._dump is not None:
             self._dump.begin_step()
+        else:
+            self._tensors.set_step(params)
         if self._loss_monitored:
-            self._warn_if_loss_not_finite(outputs, session.step + 1)
+            self._warn_if_loss_not_finite(params.net_outputs, session.step + 1)
         if session.step_end() is Decision.EXIT:
             request_stop(run_context, _LOG,
                          f"the debugger server asked to terminate the training at step {session.step}")

@@ -28,10 +28,12 @@ class Heartbeat:
         period: seconds between beats, 5..3600 (the server rejects others).
         retry_after: seconds before retrying a failed beat.
         on_lost: called once (from the heartbeat thread) after ``MAX_FAILURES`` failures in a row.
+        message: the beat's text (MindInsight ignores it; the session's says it can do free runs).
     """
 
     def __init__(self, send: Callable[[pb.Heartbeat], pb.EventReply], period: int = 30,
-                 retry_after: float = 0.5, on_lost: Optional[Callable[[], None]] = None) -> None:
+                 retry_after: float = 0.5, on_lost: Optional[Callable[[], None]] = None,
+                 message: str = "Debugger is alive") -> None:
         if not MIN_PERIOD <= period <= MAX_PERIOD:
             raise ValueError(f"heartbeat period={period}: allowed {MIN_PERIOD}..{MAX_PERIOD} seconds "
                              "(MindInsight rejects other periods)")
@@ -39,6 +41,7 @@ class Heartbeat:
         self.period = period
         self.retry_after = retry_after
         self.on_lost = on_lost
+        self.message = message
         self.beats = 0
         self.failures = 0
         self._stop = threading.Event()
@@ -58,7 +61,7 @@ class Heartbeat:
         return self._thread.is_alive()
 
     def _run(self) -> None:
-        beat = pb.Heartbeat(message="Debugger is alive", period=self.period)
+        beat = pb.Heartbeat(message=self.message, period=self.period)
         while not self._stop.is_set():
             try:
                 reply = self._send(beat)

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import _signal
 import signal
 import threading
-from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Optional
 
 __all__ = ["sigint_raises"]
 
 _SIGACTION_BYTES = 256          # >= sizeof(struct sigaction) on every Linux ABI (152 on x86-64 and aarch64)
 _libc: Optional[ctypes.CDLL] = None
 _unavailable = False
+_SIGINT = int(signal.SIGINT)
+_MAIN_THREAD = threading.main_thread()
 
 
 def _load_libc() -> Optional[ctypes.CDLL]:
@@ -36,25 +38,50 @@ def _load_libc() -> Optional[ctypes.CDLL]:
     return _libc
 
 
-@contextmanager
-def sigint_raises() -> Iterator[None]:
-    """Within the block, SIGINT raises ``KeyboardInterrupt`` in the main thread; the previous handler (Python's or
-    a C library's) is restored on exit. A no-op outside the main thread or without libc ``sigaction``."""
-    libc = _load_libc()
-    if libc is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = ctypes.create_string_buffer(_SIGACTION_BYTES)
-    if libc.sigaction(signal.SIGINT, None, saved) != 0:
-        yield
-        return
-    previous = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
+class _SigintRaises:
+    """The context manager behind ``sigint_raises``; a class rather than a generator, and ``_signal`` rather than
+    ``signal`` (no enum conversions): it runs at every step end, so its few microseconds count."""
+
+    __slots__ = ("_saved", "_previous", "_active", "_depth")
+
+    def __init__(self) -> None:
+        self._saved = ctypes.create_string_buffer(_SIGACTION_BYTES)
+        self._previous = None
+        self._active = False
+        self._depth = 0
+
+    def __enter__(self) -> None:
+        libc = _libc if _libc is not None else _load_libc()
+        if libc is None or threading.current_thread() is not _MAIN_THREAD:
+            return
+        self._depth += 1
+        if self._depth > 1:          # nested: the outer block's handler is in place already
+            return
+        if libc.sigaction(_SIGINT, None, self._saved) != 0:
+            return
+        self._previous = _signal.getsignal(_SIGINT)
+        _signal.signal(_SIGINT, _signal.default_int_handler)
+        self._active = True
+
+    def __exit__(self, *exc_info) -> None:
+        if threading.current_thread() is not _MAIN_THREAD or _libc is None:
+            return
+        self._depth -= 1
+        if self._depth > 0 or not self._active:
+            return
+        self._active = False
         try:
-            signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+            _signal.signal(_SIGINT, self._previous if self._previous is not None else _signal.SIG_DFL)
         except (TypeError, ValueError):   # pragma: no cover - a handler Python cannot re-install
             pass
-        libc.sigaction(signal.SIGINT, saved, None)   # the exact C-level handler, e.g. MindSpore's
+        _libc.sigaction(_SIGINT, self._saved, None)   # the exact C-level handler, e.g. MindSpore's
+
+
+def sigint_raises() -> _SigintRaises:
+    """Within the block, SIGINT raises ``KeyboardInterrupt`` in the main thread; the previous handler (Python's or
+    a C library's) is restored on exit. A no-op outside the main thread or without libc ``sigaction``; a
+    nested block leaves the outer one's handler in place."""
+    return _SIGINT_RAISES
+
+
+_SIGINT_RAISES = _SigintRaises()

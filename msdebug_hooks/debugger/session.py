@@ -12,7 +12,8 @@ The transport (``transport.py``) moves messages; this module decides. Each comma
 
 PAUSE has no handler because the client never receives it: the server simply does not answer the next step end's
 ``WaitCMD`` until the person continues, so ``_wait_for_command`` is where a paused training sits (a ``ProgressLine``
-says so every few seconds). One blocking ``WaitCMD`` per step, by design (why: docs/debugger-protocol.md 1.4).
+says so every few seconds). One blocking ``WaitCMD`` per step, by design (why: docs/debugger-protocol.md 1.4),
+except in a free run, which only our own server starts (``free_run.py``): then a step end costs no round trip.
 
 Faults (the debugger never hurts a training it was not asked to stop; only a pause or a hit holds the training):
 replies are validated before they are obeyed, and too many refused, broken or FAILED ones in a row mean the server
@@ -34,6 +35,7 @@ from typing import Callable, Optional, Union
 
 from msdebug_hooks._log import get_logger
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks.debugger.free_run import FREE_RUN_LEVEL, HEARTBEAT_MESSAGE, WATCH_NODE, FreeRun
 from msdebug_hooks.debugger.graph import DebugGraph
 from msdebug_hooks.debugger.heartbeat import Heartbeat
 from msdebug_hooks.debugger.interrupt import sigint_raises
@@ -45,7 +47,7 @@ from msdebug_hooks.debugger.sources import TensorProvider, TensorSource, as_sour
 from msdebug_hooks.debugger.transport import Transport, TransportError
 from msdebug_hooks.debugger.validate import MAX_VIEW_BYTES, RateLimitedLog
 from msdebug_hooks.debugger.viewing import TensorViewer
-from msdebug_hooks.debugger.watchpoints import ReceivedWatchpoint, WatchpointTable
+from msdebug_hooks.debugger.watchpoints import ReceivedWatchpoint, WatchpointTable, prepare_engine
 from msdebug_hooks.errors import ConfigError
 
 __all__ = ["Decision", "SessionState", "DebuggerSession"]
@@ -121,6 +123,7 @@ class DebuggerSession:
         self.table = WatchpointTable(graph, self.tensors, self._warn_once)
         self.hits_sent = 0
         self._initial = True                       # initial suspension: until the first non-recheck RunCMD
+        self._free: Optional[FreeRun] = None       # a free run our own server started (free_run.py)
         self._warned: set[str] = set()
         self.heartbeat_period = heartbeat_period
         self._heartbeat = Heartbeat(transport.send_heartbeat, period=heartbeat_period)
@@ -170,6 +173,7 @@ class DebuggerSession:
                   "and Ascend adds operator_overflow, which a step-level client cannot evaluate)",
                   self.transport.address, self.ms_version, REPORTED_BACKEND,
                   f" while training on {self.device_target}" if self.device_target else "")
+        prepare_engine()                 # the statistics engine's first-use cost lands here, not in a step
         if wait_for_server and not wait_for_listener(self.transport, self._progress, self.step):
             return self._detach(f"stopped waiting for the debugger server at {self.transport.address}")
         problem = reach_server(self.transport, lambda: self._handshake(timeout), self._sleep)
@@ -190,9 +194,10 @@ class DebuggerSession:
         epoch = self._epoch
         self._heartbeat.stop(timeout=0)
         self._heartbeat = Heartbeat(self.transport.send_heartbeat, period=self.heartbeat_period,
-                                    on_lost=lambda: self._heartbeat_lost(epoch))
+                                    on_lost=lambda: self._heartbeat_lost(epoch), message=HEARTBEAT_MESSAGE)
         self._heartbeat.start()
         self._intake.reset()
+        self._free = None                # a watch on the old channel is gone with it
         self._generation = self.transport.generation
         self.state = SessionState.SUSPENDED
         return None
@@ -237,9 +242,16 @@ class DebuggerSession:
                 return self._try_reconnect() if self._reconnect.due() else Decision.RUN
             return self._decision_for_state()
         self.step += 1
-        self.state = SessionState.SUSPENDED
         self.tensors.forget_current()
-        self._send_hits(self.table.check(initial=self._initial, step_end=True))
+        hits = self.table.check(initial=self._initial, step_end=True)
+        free = self._free
+        if free is not None:
+            if not hits and free.goes_on():       # no hit, steps left, the server has not called: run on
+                self.tensors.keep_previous(self.table.watched_parameters())
+                return Decision.RUN
+            self._end_free_run()
+        self.state = SessionState.SUSPENDED
+        self._send_hits(hits)
         return self.suspend()
 
     def finish(self) -> None:
@@ -255,6 +267,7 @@ class DebuggerSession:
         self.close()
 
     def close(self) -> None:
+        self._end_free_run()
         self._progress.stop()
         self._heartbeat.stop(timeout=1.0)
         self.transport.close()
@@ -270,6 +283,7 @@ class DebuggerSession:
     def _lose(self, reason: str) -> None:
         """The server is gone: apply ``on_server_lost``."""
         self.losses += 1
+        self._end_free_run()
         self._progress.end()
         self._heartbeat.stop(timeout=0)
         if self.on_server_lost == "stop":
@@ -316,6 +330,10 @@ class DebuggerSession:
         if cmd.run_level == "recheck":
             self._send_hits(self.table.check(initial=self._initial, step_end=True))
             return None
+        if cmd.run_level == FREE_RUN_LEVEL:
+            self._leave_suspension()
+            self._start_free_run(cmd.run_steps)
+            return Decision.RUN
         if cmd.run_level == "node":
             self._warn_once("node", "debugger: 'next node' / 'run to node' needs kernel-level hooks; a Python "
                                     "client stops at step ends only, so training runs to the end of this step")
@@ -377,10 +395,25 @@ class DebuggerSession:
         self._initial = False
         self.state = SessionState.RUNNING
 
+    def _start_free_run(self, steps: int) -> None:
+        """Run ``steps`` steps (0: until the server calls) without a wait per step, watching for the server's call
+        with one outstanding ``WaitCMD``. If the watch cannot start, the step ends simply wait as usual."""
+        try:
+            watch = self.transport.watch_cmd(self._metadata(cur_node=WATCH_NODE))
+        except TransportError as exc:
+            _LOG.debug("debugger: free run without a watch, waiting at every step end: %s", exc)
+            return
+        self._free = FreeRun(steps, watch)
+
+    def _end_free_run(self) -> None:
+        free, self._free = self._free, None
+        if free is not None:
+            free.end()
+
     # -- helpers ------------------------------------------------------------------------------------------------
-    def _metadata(self, **fields) -> pb.Metadata:
+    def _metadata(self, cur_node: str = "", **fields) -> pb.Metadata:
         return pb.Metadata(device_name=self.device_name, cur_step=self.step, backend=REPORTED_BACKEND,
-                           cur_node="", **fields)
+                           cur_node=cur_node, **fields)
 
     def _detach(self, reason: str) -> bool:
         if self.state is not SessionState.DETACHED:

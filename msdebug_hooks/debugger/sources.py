@@ -8,7 +8,8 @@ light source over the graph's parameters and loss through ``as_source``.
 
 Values are read lazily, at most once per suspension point (``current`` caches them until ``forget_current``).
 Previous-step copies are kept only for the tensors the session names in ``keep_previous`` (the watched parameters,
-as MindSpore did), on output slot 0 only.
+as MindSpore did), on output slot 0 only. They live in one buffer per dtype, filled by one ``np.concatenate`` per
+step: one copy of each watched tensor and no per-tensor allocation (a transformer has hundreds of parameters).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from msdebug_hooks.debugger.graph import DebugGraph
 
-__all__ = ["TensorSource", "GraphTensorSource", "ValuesByName", "TensorProvider", "as_source"]
+__all__ = ["TensorSource", "PreviousCopies", "GraphTensorSource", "ValuesByName", "TensorProvider", "as_source"]
 
 TensorProvider = Callable[[str], Optional[np.ndarray]]
 
@@ -33,6 +34,7 @@ class TensorSource(ABC):
     def __init__(self) -> None:
         self._current: dict[str, Optional[np.ndarray]] = {}
         self._previous: dict[str, np.ndarray] = {}
+        self._copies = PreviousCopies()
 
     # -- what a source says about itself ------------------------------------------------------------------------
     @abstractmethod
@@ -67,19 +69,14 @@ class TensorSource(ABC):
         return self._previous.get(tensor) if slot == "0" else None
 
     def keep_previous(self, tensors: Iterable[str]) -> None:
-        """A suspension ends: copy these tensors' current values (reusing last step's buffers), forget the rest."""
-        previous, self._previous = self._previous, {}
-        for name in tensors:
-            value = self.current(name)
-            if value is None:
-                continue
-            kept = previous.get(name)          # reuse last step's buffer: no allocation per step
-            if kept is not None and kept.shape == value.shape and kept.dtype == value.dtype:
-                np.copyto(kept, value)
-                self._previous[name] = kept
-            else:
-                self._previous[name] = np.array(value, copy=True)
-        self.forget_current()
+        """A suspension ends: copy these tensors' current values into the previous-step buffers, forget the rest."""
+        if tensors:
+            values = [(name, value) for name in tensors if (value := self.current(name)) is not None]
+            self._previous = self._copies.keep(values)
+        elif self._previous:
+            self._previous = {}
+            self._copies = PreviousCopies()
+        self._current.clear()
 
     def forget_current(self) -> None:
         """The values read so far are stale (a step ran, or a view must read again)."""
@@ -87,8 +84,48 @@ class TensorSource(ABC):
 
     def start_over(self) -> None:
         """A new session, or the session starts over (a reconnect): no values held, no previous-step copies."""
-        self._previous.clear()
+        self._previous = {}
+        self._copies = PreviousCopies()
         self._current.clear()
+
+
+class PreviousCopies:
+    """Previous-step copies of many tensors in one contiguous buffer per dtype, reused while the set of tensors,
+    their shapes and dtypes stay the same (they do, step after step)."""
+
+    def __init__(self) -> None:
+        self._layout: list = []
+        self._groups: list[tuple[np.ndarray, list[int]]] = []   # (buffer, indices of the values it holds)
+        self._views: dict[str, np.ndarray] = {}
+
+    def keep(self, values: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Copy ``(name, value)`` pairs; returns the copies by name (views into the buffers, overwritten by the
+        next ``keep``)."""
+        layout = [(name, value.shape, value.dtype) for name, value in values]
+        if layout != self._layout:
+            self._layout = layout
+            self._allocate(values)
+        for buffer, indices in self._groups:
+            if len(indices) == 1:
+                name, value = values[indices[0]]
+                np.copyto(self._views[name], value)
+            else:
+                np.concatenate([values[i][1].reshape(-1) for i in indices], out=buffer)
+        return self._views
+
+    def _allocate(self, values: list[tuple[str, np.ndarray]]) -> None:
+        by_dtype: dict[np.dtype, list[int]] = {}
+        for index, (_, value) in enumerate(values):
+            by_dtype.setdefault(value.dtype, []).append(index)
+        self._groups, self._views = [], {}
+        for dtype, indices in by_dtype.items():
+            buffer = np.empty(sum(values[i][1].size for i in indices), dtype=dtype)
+            offset = 0
+            for i in indices:
+                name, value = values[i]
+                self._views[name] = buffer[offset:offset + value.size].reshape(value.shape)
+                offset += value.size
+            self._groups.append((buffer, indices))
 
 
 class GraphTensorSource(TensorSource):

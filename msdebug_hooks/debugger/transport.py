@@ -353,6 +353,14 @@ class Transport:
         except grpc.RpcError as exc:
             raise _map_error("WaitCMD", exc, self.closed, self, current) from None
 
+    def watch_cmd(self, metadata: pb.Metadata):
+        """A ``WaitCMD`` not waited for (a grpc future: ``done()``, ``cancel()``): a free run's watch
+        (``free_run.py``). Raises ``TransportClosed`` once closed; close and reopen fail it."""
+        with self._lock:
+            call = self._stub.WaitCMD
+        self._check_open("WaitCMD")
+        return call.future(metadata)
+
     # -- streaming calls ----------------------------------------------------------------------------------------
     def send_graph(self, serialized_graph: bytes) -> pb.EventReply:
         """One graph (``SendGraph``): the server concatenates the chunks and parses one GraphProto."""

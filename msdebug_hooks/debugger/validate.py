@@ -18,11 +18,12 @@ import time
 from typing import Optional
 
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks.debugger.free_run import FREE_RUN_LEVEL
 
 __all__ = ["check_reply", "RateLimitedLog", "MAX_VIEW_TENSORS", "MAX_WATCH_NODES", "MAX_NAME_CHARS",
            "MAX_CONDITION_PARAMS", "MAX_VIEW_BYTES"]
 
-RUN_LEVELS = ("step", "node", "recheck")
+RUN_LEVELS = ("step", "node", "recheck", FREE_RUN_LEVEL)   # "free": our own server only (free_run.py)
 VIEW_LEVELS = (pb.ViewCMD.value, pb.ViewCMD.statistics, pb.ViewCMD.base)
 STATUSES = (pb.EventReply.OK, pb.EventReply.FAILED)
 MAX_VIEW_TENSORS = 10_000        # MindInsight asks for one tensor, or a node's inputs and outputs (tens)

@@ -4,6 +4,10 @@ MindSpore evaluated watchpoints at step ends and on recheck; change conditions (
 value at the previous suspension point, which the tensor source keeps for watched parameters only. A hit echoes every
 parameter the server sent, with ``hit`` and ``actual_value`` where evaluated (docs/debugger-protocol.md 2.2-2.4).
 Capturing sources (``TensorSource.capturable``) are told which nodes are watched or viewed, so only those cost.
+
+Why batches: a UI watchpoint watches every weight, so a step checks tens to hundreds of tensors against the same
+condition list. The tensors that share one list are evaluated in one ``check_tensors`` call (batched statistics),
+whose cost is about one pass over their bytes plus a constant, instead of a constant per tensor.
 """
 from __future__ import annotations
 
@@ -14,14 +18,26 @@ import numpy as np
 
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
 from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
-from msdebug_hooks.conditions import Condition, ConditionResult, check_many, should_evaluate
+from msdebug_hooks.conditions import (ALL_STATISTICS, Condition, ConditionResult, check_tensors, compute_statistics,
+                                      should_evaluate)
 from msdebug_hooks.conditions.protocol import from_protocol
 from msdebug_hooks.debugger.graph import DebugGraph
 from msdebug_hooks.debugger.sources import TensorSource
 
-__all__ = ["ReceivedWatchpoint", "WatchpointTable"]
+__all__ = ["ReceivedWatchpoint", "WatchpointTable", "prepare_engine"]
 
-Group = tuple[str, list[tuple["ReceivedWatchpoint", str]], list[Condition]]
+_WARM_DTYPES = ("float32", "float16", "float64", "int32", "int64", "bool")
+
+Entries = list[tuple["ReceivedWatchpoint", str]]   # (watchpoint, watch-node name) pairs that watch one tensor
+
+
+@dataclass
+class _Batch:
+    """Tensors watched by the same watchpoints in the same order: one ``check_tensors`` call evaluates them all.
+    ``tensors`` holds (order of the tensor among all watched ones, tensor name, its entries)."""
+
+    conditions: list[Condition]
+    tensors: list[tuple[int, str, Entries]]
 
 
 @dataclass
@@ -56,7 +72,7 @@ class WatchpointTable:
         self.by_id: dict[int, ReceivedWatchpoint] = {}
         self.viewed: set[str] = set()              # op outputs / gradients the UI asked to see: kept every step
         self._watched: Optional[set[str]] = None   # parameters some watchpoint needs; None = recompute
-        self._group_cache: dict[tuple[bool, bool], list[Group]] = {}
+        self._group_cache: dict[tuple[bool, bool], list[_Batch]] = {}
 
     # -- set / delete / start over ------------------------------------------------------------------------------
     def apply(self, cmd: pb.SetCMD) -> None:
@@ -124,39 +140,72 @@ class WatchpointTable:
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     def check(self, *, initial: bool, step_end: bool) -> list[pb.WatchpointHit]:
-        """Evaluate every live watchpoint on every tensor it watches that the source holds; one statistics pass
-        per tensor. Returns the hits to report (hit, or NaN/Inf/no-previous errors, as MindSpore reported)."""
+        """Evaluate every live watchpoint on every tensor it watches that the source holds, the tensors sharing a
+        condition list together. Returns the hits to report (hit, or NaN/Inf/no-previous errors, as MindSpore
+        reported), in the order of the tensors as the watchpoints name them."""
         if not self.by_id:
             return []
-        hits = []
-        for tensor, entries, conditions in self._groups(initial, step_end):
-            for slot in self.source.slots(tensor):
-                value = self.source.current(self.source.tensor_name(tensor) or tensor, slot)
-                if value is None:
-                    continue
-                previous = self.source.previous(tensor, slot)
-                results = check_many(conditions, value, previous)
-                hits.extend(_hit(wp, node, result, slot) for (wp, node), result in zip(entries, results)
-                            if result.reportable)
-        return hits
+        found: list[tuple[int, list[pb.WatchpointHit]]] = []
+        source = self.source
+        for batch in self._batches(initial, step_end):
+            items = []                 # (order, entries, slot, value, previous)
+            for order, tensor, entries in batch.tensors:
+                for slot in source.slots(tensor):
+                    value = source.current(tensor, slot)
+                    if value is not None:
+                        items.append((order, entries, slot, value, source.previous(tensor, slot)))
+            if not items:
+                continue
+            results = check_tensors(batch.conditions, [item[3] for item in items], [item[4] for item in items])
+            for (order, entries, slot, _, _), per_tensor in zip(items, results):
+                hits = [_hit(wp, node, result, slot) for (wp, node), result in zip(entries, per_tensor)
+                        if result.reportable]
+                if hits:
+                    found.append((order, hits))
+        found.sort(key=lambda pair: pair[0])     # stable: a tensor's slots keep their order
+        return [hit for _, hits in found for hit in hits]
 
-    def _groups(self, initial: bool, step_end: bool) -> list[Group]:
-        """(tensor, [(watchpoint, watch-node name)], conditions) to evaluate now; cached until watchpoints change."""
+    def _batches(self, initial: bool, step_end: bool) -> list[_Batch]:
+        """The tensors to evaluate now, grouped by the watchpoints that watch them; cached until watchpoints
+        change."""
         key = (initial, step_end)
         cached = self._group_cache.get(key)
         if cached is not None:
             return cached
-        groups: dict[str, list[tuple[ReceivedWatchpoint, str]]] = {}
+        by_tensor: dict[str, Entries] = {}
         for wp in self.by_id.values():
             if not should_evaluate(wp.condition, initial_suspension=initial, step_end=step_end):
                 continue
             for node in wp.nodes:
                 tensor = self.source.tensor_name(node)
                 if tensor is not None:
-                    groups.setdefault(tensor, []).append((wp, node))
-        result = [(tensor, entries, [wp.condition for wp, _ in entries]) for tensor, entries in groups.items()]
+                    by_tensor.setdefault(tensor, []).append((wp, node))
+        batches: dict[tuple[int, ...], _Batch] = {}
+        for order, (tensor, entries) in enumerate(by_tensor.items()):
+            ids = tuple(wp.id for wp, _ in entries)
+            batch = batches.get(ids)
+            if batch is None:
+                batch = batches[ids] = _Batch([wp.condition for wp, _ in entries], [])
+            batch.tensors.append((order, tensor, entries))
+        result = list(batches.values())
         self._group_cache[key] = result
         return result
+
+
+def prepare_engine() -> None:
+    """Have the statistics engine ready before the first training step (the session calls it when it connects).
+
+    One evaluation of every statistic, with a range, a tolerance and previous values, on tiny tensors of the usual
+    parameter dtypes (batched) and on one tensor too large to batch: whatever the engine sets up on first use
+    (loading or compiling its kernels, their caches) happens while training waits at attach time, not in a step.
+    """
+    from msdebug_hooks.conditions.batch import compute_statistics_batch
+
+    small = [np.arange(-2, 6).astype(dtype) for dtype in _WARM_DTYPES]
+    options = {"needed": ALL_STATISTICS, "ranges": [(-1.0, 1.0)], "allclose_tolerances": [(1e-5, 1e-8)]}
+    compute_statistics_batch(small, small, **options)
+    large = np.linspace(-1.0, 1.0, 1 << 16, dtype=np.float32)
+    compute_statistics(large, large, **options)
 
 
 def condition_name(condition: int) -> str:

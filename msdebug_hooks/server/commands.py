@@ -2,6 +2,8 @@
 
 * run one step: ``RunCMD{run_level:"step", run_steps:1}``; the server counts multi-step runs itself, one per
   ``WaitCMD``, because clients ignore ``run_steps`` and stop at their next step end anyway;
+* free run (our clients only, ``debugger/free_run.py``): ``RunCMD{run_level:"free", run_steps:N}``, N steps or, with
+  0, until the server calls the training back by answering its watch call;
 * recheck: ``RunCMD{run_level:"recheck"}`` (the client re-evaluates every watchpoint and stays suspended);
 * set / delete a watchpoint: ``SetCMD`` with every parameter of the condition, enabled or ``disabled``, in the
   condition's order, and the watched nodes by full name;
@@ -16,10 +18,11 @@ from typing import Sequence
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
 from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
 from msdebug_hooks.conditions import Condition
+from msdebug_hooks.debugger.free_run import FREE_RUN_LEVEL
 from msdebug_hooks.server.graph import Node
 
-__all__ = ["run_step", "recheck", "terminate", "set_watchpoint", "delete_watchpoint", "view", "ok", "failed",
-           "version_reply", "LEVELS"]
+__all__ = ["run_step", "free_run", "recheck", "terminate", "set_watchpoint", "delete_watchpoint", "view", "ok",
+           "failed", "version_reply", "LEVELS"]
 
 LEVELS = {"value": pb.ViewCMD.value, "statistics": pb.ViewCMD.statistics, "base": pb.ViewCMD.base}
 
@@ -38,6 +41,11 @@ def version_reply(matched: bool) -> pb.EventReply:
 
 def run_step() -> pb.EventReply:
     return pb.EventReply(status=pb.EventReply.OK, run_cmd=pb.RunCMD(run_level="step", run_steps=1))
+
+
+def free_run(steps: int) -> pb.EventReply:
+    """Run ``steps`` steps (0: until called back) without a ``WaitCMD`` per step."""
+    return pb.EventReply(status=pb.EventReply.OK, run_cmd=pb.RunCMD(run_level=FREE_RUN_LEVEL, run_steps=steps))
 
 
 def recheck() -> pb.EventReply:

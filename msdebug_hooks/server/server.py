@@ -49,10 +49,12 @@ class DebuggerServer:
         ports: more ports to listen on, e.g. ``range(P + 1, P + n)`` for ranks connecting to ``port + rank``.
         max_workers: gRPC worker threads per port; each suspended training holds one.
         log_reports: also log every report (connects, losses, garbage) at INFO.
+        free_run: answer a run of several steps (or until a pause or a hit) with one free run, no ``WaitCMD`` per
+            step (``debugger/free_run.py``); False: one wait per step, as MindInsight does.
     """
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1", *, ports: Iterable[int] = (), max_workers: int = 32,
-                 log_reports: bool = True) -> None:
+                 log_reports: bool = True, free_run: bool = True) -> None:
         ports = list(ports)
         for name, value in (("port", port), *((f"ports[{i}]", p) for i, p in enumerate(ports))):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
@@ -60,6 +62,7 @@ class DebuggerServer:
         self.host = host
         self.max_workers = max_workers
         self.log_reports = log_reports
+        self.free_run = bool(free_run)
         self.reports: list[str] = []
         self._lock = threading.Condition()
         self._jobs: list[Job] = []
@@ -212,6 +215,7 @@ class DebuggerServer:
                 return job
             previous = job
             job = Job(len(self._jobs) + 1, peer, port, self._report)
+            job.free_runs = self.free_run
             self._jobs.append(job)
             self._by_peer[key] = job
             others = [j for j in self._jobs if j.alive and j is not job and j is not previous and j.port == port]

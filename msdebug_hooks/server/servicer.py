@@ -66,7 +66,7 @@ class _Servicer:
             return commands.failed()
         job = self.server._job_for(context.peer(), self.port, "SendHeartbeat", quiet=True)
         if job is not None:
-            job.on_heartbeat(request.period)
+            job.on_heartbeat(request.period, request.message)
         return commands.ok()
 
     def _graphs(self, iterator: Iterator[bytes], context, method: str, multi: bool) -> pb.EventReply:

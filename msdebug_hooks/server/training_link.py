@@ -8,6 +8,13 @@ training stays suspended at the step where the watchpoint hit. A ``WaitCMD`` blo
 training's connection closes; while it runs, a training that stops heartbeating is declared lost after three missed
 beats (MindInsight's rule); a process handed to ``bind_process`` is also watched. The API a person drives a job with
 is ``job.Job``, built on this.
+
+Free runs (``debugger/free_run.py``): for a client whose heartbeats say it can, a run of several steps (or until a
+pause or a hit) is answered with one ``RunCMD{run_level: "free"}`` instead of a run-one-step answer per wait,
+unless ranks run in lockstep. The training
+then keeps one *watch* call outstanding (``on_watch``), which is answered as soon as the job wants the training
+back (a pause, a terminate, a queued command, a hit, the end); the training's next blocking wait is a suspension
+like any other, with its real step. ``job.step`` is the step of the last wait, so it stands still during a free run.
 """
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ import time
 from typing import Any, Callable, Optional
 
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks.debugger.free_run import CAPABLE, WATCH_NODE
 from msdebug_hooks.server import commands
 from msdebug_hooks.server.errors import JobLost, JobStateError
 from msdebug_hooks.server.graph import JobGraph
@@ -88,6 +96,10 @@ class TrainingLink:
         self._unchecked = False             # watchpoints changed since the last check at step 0
         self._closing = False
         self._group: Any = None             # a RankGroup keeping this rank in lockstep with the others
+        self.free_runs = True               # answer multi-step runs with one free run (set by the server)
+        self.free_run_capable = False       # the client's heartbeats say it can do free runs
+        self._free_from: Optional[int] = None   # the step a free run started at, while one lasts
+        self.waits = 0                      # blocking WaitCMDs received (watch calls not counted)
 
     # -- what a person sees -------------------------------------------------------------------------------------
     @property
@@ -184,10 +196,11 @@ class TrainingLink:
             self.graph = parsed
             self._cond.notify_all()
 
-    def on_heartbeat(self, period: int) -> None:
+    def on_heartbeat(self, period: int, message: str = "") -> None:
         with self._cond:
             self.touch()
             self.heartbeat_period = float(period)
+            self.free_run_capable = CAPABLE in message
             if self.state is JobState.LOST and self.reason.startswith("no heartbeat"):
                 self.state = JobState.RUNNING if not self._in_wait else JobState.WAITING
                 self._report(f"{self.label} is back (heartbeat)")
@@ -228,8 +241,12 @@ class TrainingLink:
 
     def on_wait(self, request: pb.Metadata, is_active: Callable[[], bool]) -> pb.EventReply:
         """``WaitCMD``: deliver the next command, or block (the training is suspended) until there is one."""
+        if request.cur_node == WATCH_NODE:
+            return self._on_watch(is_active)
         with self._cond:
             self.touch()
+            self.waits += 1
+            self._back_from_free_run(request.cur_step)
             if self.state is JobState.TERMINATED:
                 return commands.terminate()
             if self.state in (JobState.FINISHED, JobState.MISMATCH) or self.graph is None:
@@ -271,6 +288,11 @@ class TrainingLink:
                 if self._left != 0 and self._group is not None and self._group.stop_here(self.step):
                     self._left = 0                  # another rank hit at this step: every rank stops here
                 if self._left != 0:
+                    if self._group is None and self.free_runs and self.free_run_capable and self._left != 1:
+                        self._free_from = self.step
+                        self.state = JobState.RUNNING
+                        self._cond.notify_all()
+                        return commands.free_run(max(self._left, 0))
                     if self._group is None or self._group.released(self.step):
                         if self._left > 0:
                             self._left -= 1
@@ -293,6 +315,26 @@ class TrainingLink:
                                "(process killed or network lost)")
                     return commands.failed()
                 self._check_process()
+
+    def _back_from_free_run(self, step: int) -> None:
+        """A blocking wait after a free run: count the steps it ran (with the lock held)."""
+        if self._free_from is None:
+            return
+        if self._left > 0:
+            self._left = max(0, self._left - (step - self._free_from))
+        self._free_from = None
+        self._cond.notify_all()          # the watch call, if still held, lets go
+
+    def _on_watch(self, is_active: Callable[[], bool]) -> pb.EventReply:
+        """A free run's watch: held until the job wants the training back, then answered (any answer calls it
+        back). Released quietly when the training has come back by itself or dropped the call."""
+        with self._cond:
+            while (self._free_from is not None and self._left != 0 and not self._queue and self.alive
+                   and not self._closing and not self._pending_hits):
+                self._cond.wait(POLL)
+                if not is_active():
+                    break
+            return commands.ok()
 
     def check_heartbeat(self, now: float) -> None:
         """Watchdog: a running training that missed three heartbeats is lost (MindInsight's rule)."""
