@@ -41,6 +41,7 @@ from typing import Any, Collection, Iterable
 
 import numpy as np
 
+from msdebug_hooks.conditions import _engine
 from msdebug_hooks.conditions._blas import single_threaded_blas
 
 # --- names of the statistics a caller can ask for ------------------------------------------------------------------
@@ -432,6 +433,12 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
         kind = "conv8"  # small tensors: float64 sums, agreeing with the C++ double loop to rounding
     work = _work_dtype(kind)
     chunk = max(1024, chunk_bytes // work.itemsize)
+    compiled = _engine.kernels() if n else None
+    if compiled is not None:
+        totals = _compiled_totals(compiled, flat, kind, prev_flat if pair_previous else None, prev_kind, needed,
+                                  ranges, tolerances, chunk)
+        return _finish(totals, n, dtype_name, needed, ranges, tolerances, has_previous, wants_previous,
+                       pair_previous)
     acc = _Accumulator(work, chunk if n >= chunk else max(n, 1), needed, ranges, tolerances, pair_previous)
     if n:
         prev_chunks = _chunks(prev_flat, prev_kind, chunk, _work_dtype(prev_kind)) if pair_previous else None
@@ -441,7 +448,35 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
     return _finish(acc, n, dtype_name, needed, ranges, tolerances, has_previous, wants_previous, pair_previous)
 
 
-def _finish(acc: _Accumulator, n: int, dtype_name: str, needed: frozenset[str], ranges, tolerances,
+def _compiled_totals(k: Any, flat: np.ndarray, kind: str, prev_flat: np.ndarray | None, prev_kind: str | None,
+                     needed: frozenset[str], ranges: tuple[tuple[float, float], ...],
+                     tolerances: tuple[tuple[float, float], ...], chunk: int) -> Any:
+    """The totals ``_finish`` reads, from the compiled pass (``_kernels.accumulate``): float32/float64 tensors in one
+    call; converted dtypes, and a previous value of another work dtype, one cache-sized chunk at a time."""
+    work = _work_dtype(kind)
+    fstate, istate, counts = _engine.new_state(k, n_counts=len(ranges) + len(tolerances))
+    mode = _engine.pass_mode(k, needed)
+    paired = prev_flat is not None
+    tol = _engine.tolerance_array(tolerances)
+    if kind in ("f4", "f8") and (not paired or prev_kind == kind):
+        x = _engine.native(flat)
+        prev = _engine.native(prev_flat) if paired else x[:0]
+        k.accumulate(x, _engine.int_view(x), prev, mode, paired, _engine.range_bounds(ranges, work), tol, fstate,
+                     istate, counts)
+        return _engine.totals(k, fstate, istate, counts, len(ranges))
+    if paired and _work_dtype(prev_kind) != work:
+        work = np.dtype(np.float64)  # both sides in float64, as the C++ compared them
+    bounds = _engine.range_bounds(ranges, work)
+    x_chunks = _chunks(flat, kind, chunk, _work_dtype(kind))
+    p_chunks = _chunks(prev_flat, prev_kind, chunk, _work_dtype(prev_kind)) if paired else None
+    for c in x_chunks:
+        c = np.asarray(c, work)
+        p = np.asarray(next(p_chunks), work) if p_chunks is not None else c[:0]
+        k.accumulate(c, _engine.int_view(c), p, mode, paired, bounds, tol, fstate, istate, counts)
+    return _engine.totals(k, fstate, istate, counts, len(ranges))
+
+
+def _finish(acc: Any, n: int, dtype_name: str, needed: frozenset[str], ranges, tolerances,
             has_previous: bool, wants_previous: bool, paired: bool) -> TensorStatistics:
     nan = math.nan
     has_numbers = n > 0 and acc.any_number

@@ -1,0 +1,148 @@
+"""Which statistics engine runs (the compiled numba pass, or numpy's chunked pass), and the compiled pass's driver.
+
+Why a separate module: numba takes about a second to import and load its cached kernels, and ``import
+msdebug_hooks`` must stay light, so the kernels are imported here on first use, or ahead of time by
+``warm_up_statistics()`` (call it when a debugger or monitor attaches, so that no training step waits for it).
+numpy stays as the fallback when numba cannot be imported or compiled; it is said once, as a warning.
+``MSDEBUG_STATISTICS_ENGINE=numpy`` chooses the fallback on purpose.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from contextlib import contextmanager
+from types import ModuleType, SimpleNamespace
+from typing import Iterator
+
+import numpy as np
+
+ENGINE_VARIABLE = "MSDEBUG_STATISTICS_ENGINE"
+
+_log = logging.getLogger("msdebug_hooks.conditions")
+_lock = threading.Lock()
+_kernels: ModuleType | None = None
+_resolved = False
+_forced: str | None = None  # tests: "numpy" or "compiled" for a block of code
+
+
+def kernels() -> ModuleType | None:
+    """The compiled kernels module, or None when the numpy fallback runs (numba missing or failing, or chosen)."""
+    global _kernels, _resolved
+    if _forced == "numpy":
+        return None
+    if not _resolved:
+        with _lock:
+            if not _resolved:
+                _kernels = _load()
+                _resolved = True
+    if _kernels is None and _forced == "compiled":
+        raise RuntimeError("the compiled statistics engine was required but numba is not available")
+    return _kernels
+
+
+def _load() -> ModuleType | None:
+    choice = os.environ.get(ENGINE_VARIABLE, "").strip().lower()
+    if choice == "numpy":
+        _log.debug("watchpoint statistics: numpy's chunked pass (%s=numpy)", ENGINE_VARIABLE)
+        return None
+    try:
+        from msdebug_hooks.conditions import _kernels as compiled
+    except Exception as exc:  # ImportError, or numba failing to compile / load on this platform
+        _log.warning("watchpoint statistics run on numpy's chunked pass, 3-5x slower on large tensors: the compiled "
+                     "engine is not available (%s: %s); install numba>=0.60 to get it", type(exc).__name__, exc)
+        return None
+    import numba
+    _log.debug("watchpoint statistics: compiled single-pass kernels (numba %s)", numba.__version__)
+    return compiled
+
+
+def engine_name() -> str:
+    """"numba" or "numpy": the engine ``compute_statistics`` uses now."""
+    return "numba" if kernels() is not None else "numpy"
+
+
+def warm_up_statistics() -> str:
+    """Compile, or load from numba's disk cache, every statistics kernel, so that no training step pays for it.
+
+    Call it when a debugger, monitor or analyzer attaches (about 1 s with a warm disk cache, 10-20 s the very first
+    time on a machine). Cheap once done (a flag check). Returns the engine that runs: "numba" or "numpy".
+    """
+    return engine_name()
+
+
+@contextmanager
+def forced_engine(name: str) -> Iterator[None]:
+    """Run a block with "numpy" or "compiled" statistics (for tests comparing the two; not thread-safe)."""
+    global _forced
+    if name not in ("numpy", "compiled"):
+        raise ValueError(f"engine={name!r}: expected 'numpy' or 'compiled'")
+    before, _forced = _forced, name
+    try:
+        yield
+    finally:
+        _forced = before
+
+
+# --- the driver -----------------------------------------------------------------------------------------------------
+
+def pass_mode(k: ModuleType, needed: frozenset[str]) -> int:
+    """The smallest block summary that covers ``needed`` (nan/inf counts come with every mode)."""
+    if needed & {"mean", "sd", "positive_count", "negative_count"}:
+        return k.MODE_FULL
+    if not needed:
+        return k.MODE_SPECIALS
+    if needed <= {"max", "min"}:
+        return k.MODE_EXTREMES
+    if needed <= {"abs_mean", "zero_count"}:
+        return k.MODE_ABS_ZERO
+    return k.MODE_FULL
+
+
+def native(a: np.ndarray) -> np.ndarray:
+    """``a`` as an aligned, C-contiguous, native-byte-order array (the layout the kernels are compiled for)."""
+    if a.dtype.isnative and a.flags.c_contiguous and a.flags.aligned:
+        return a
+    return np.ascontiguousarray(a, a.dtype.newbyteorder("="))
+
+
+def int_view(a: np.ndarray) -> np.ndarray:
+    return a.view(np.int32 if a.dtype.itemsize == 4 else np.int64)
+
+
+def new_state(k: ModuleType, rows: int | None = None, n_counts: int = 0) -> tuple[np.ndarray, ...]:
+    """(fstate, istate, counts) zeroed, with max = -inf and min = +inf; ``rows`` for one row per segment."""
+    shape = () if rows is None else (rows,)
+    fstate = np.zeros(shape + (k.F_SLOTS,))
+    fstate[..., k.F_MAX] = -np.inf
+    fstate[..., k.F_MIN] = np.inf
+    return fstate, np.zeros(shape + (k.I_SLOTS,), np.int64), np.zeros(shape + (n_counts,), np.int64)
+
+
+def totals(k: ModuleType, fstate: np.ndarray, istate: np.ndarray, counts: np.ndarray,
+           n_ranges: int) -> SimpleNamespace:
+    """The running totals as ``stats._finish`` reads them (the fields of ``stats._Accumulator``)."""
+    f = fstate.tolist()
+    i = istate.tolist()
+    c = counts.tolist()
+    n = i[k.I_N]
+    return SimpleNamespace(
+        n=n, nan=i[k.I_NAN], pinf=i[k.I_PINF], ninf=i[k.I_NINF], zero=i[k.I_ZERO], pos=i[k.I_POS],
+        any_number=bool(i[k.I_ANY]), mx=f[k.F_MAX], mn=f[k.F_MIN], sum=f[k.F_SUM], mean=f[k.F_MEAN], m2=f[k.F_M2],
+        abs_sum=f[k.F_ABS], diff_sum=f[k.F_DIFF], prev_abs_sum=f[k.F_PREV_ABS], in_range=c[:n_ranges],
+        close=[count == n for count in c[n_ranges:]])
+
+
+def range_bounds(ranges: tuple[tuple[float, float], ...], dtype: np.dtype) -> np.ndarray:
+    """(R, 2) inclusive bounds in the work dtype such that comparing a work-dtype x to them is comparing double(x)
+    to the double bounds (float32: the nearest float32 inside the range)."""
+    from msdebug_hooks.conditions.stats import _f32_at_least, _f32_at_most
+    if dtype == np.float32:
+        with np.errstate(over="ignore"):
+            pairs = [(_f32_at_least(a), _f32_at_most(b)) for a, b in ranges]
+        return np.array(pairs, np.float32).reshape(len(ranges), 2)
+    return np.array(ranges, np.float64).reshape(len(ranges), 2)
+
+
+def tolerance_array(tolerances: tuple[tuple[float, float], ...]) -> np.ndarray:
+    return np.array(tolerances, np.float64).reshape(len(tolerances), 2)
