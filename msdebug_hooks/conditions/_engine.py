@@ -110,13 +110,20 @@ def int_view(a: np.ndarray) -> np.ndarray:
     return a.view(np.int32 if a.dtype.itemsize == 4 else np.int64)
 
 
+_START: dict[str, np.ndarray] = {}
+
+
 def new_state(k: ModuleType, rows: int | None = None, n_counts: int = 0) -> tuple[np.ndarray, ...]:
     """(fstate, istate, counts) zeroed, with max = -inf and min = +inf; ``rows`` for one row per segment."""
-    shape = () if rows is None else (rows,)
-    fstate = np.zeros(shape + (k.F_SLOTS,))
-    fstate[..., k.F_MAX] = -np.inf
-    fstate[..., k.F_MIN] = np.inf
-    return fstate, np.zeros(shape + (k.I_SLOTS,), np.int64), np.zeros(shape + (n_counts,), np.int64)
+    start = _START.get("f")
+    if start is None:
+        start = np.zeros(k.F_SLOTS)
+        start[k.F_MAX], start[k.F_MIN] = -np.inf, np.inf
+        _START["f"] = start
+    if rows is None:
+        return start.copy(), np.zeros(k.I_SLOTS, np.int64), np.zeros(n_counts, np.int64)
+    return (np.tile(start, (rows, 1)), np.zeros((rows, k.I_SLOTS), np.int64),
+            np.zeros((rows, n_counts), np.int64))
 
 
 def totals(k: ModuleType, fstate: np.ndarray, istate: np.ndarray, counts: np.ndarray,
@@ -133,16 +140,36 @@ def totals(k: ModuleType, fstate: np.ndarray, istate: np.ndarray, counts: np.nda
         close=[count == n for count in c[n_ranges:]])
 
 
+_ARRAYS: dict[tuple, np.ndarray] = {}  # a watchpoint set's bounds and tolerances, built once (read-only)
+
+
 def range_bounds(ranges: tuple[tuple[float, float], ...], dtype: np.dtype) -> np.ndarray:
     """(R, 2) inclusive bounds in the work dtype such that comparing a work-dtype x to them is comparing double(x)
     to the double bounds (float32: the nearest float32 inside the range)."""
-    from msdebug_hooks.conditions.stats import _f32_at_least, _f32_at_most
-    if dtype == np.float32:
-        with np.errstate(over="ignore"):
-            pairs = [(_f32_at_least(a), _f32_at_most(b)) for a, b in ranges]
-        return np.array(pairs, np.float32).reshape(len(ranges), 2)
-    return np.array(ranges, np.float64).reshape(len(ranges), 2)
+    key = ("bounds", ranges, dtype.char)
+    found = _ARRAYS.get(key)
+    if found is None:
+        from msdebug_hooks.conditions.stats import _f32_at_least, _f32_at_most
+        if dtype == np.float32:
+            with np.errstate(over="ignore"):
+                pairs = [(_f32_at_least(a), _f32_at_most(b)) for a, b in ranges]
+            found = np.array(pairs, np.float32).reshape(len(ranges), 2)
+        else:
+            found = np.array(ranges, np.float64).reshape(len(ranges), 2)
+        found = _ARRAYS[key] = _frozen(found)
+    return found
 
 
 def tolerance_array(tolerances: tuple[tuple[float, float], ...]) -> np.ndarray:
-    return np.array(tolerances, np.float64).reshape(len(tolerances), 2)
+    key = ("tolerances", tolerances)
+    found = _ARRAYS.get(key)
+    if found is None:
+        found = _ARRAYS[key] = _frozen(np.array(tolerances, np.float64).reshape(len(tolerances), 2))
+    return found
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    if len(_ARRAYS) > 256:  # watchpoint sets change rarely; never let a stream of new ones grow this
+        _ARRAYS.clear()
+    a.flags.writeable = False
+    return a

@@ -248,6 +248,22 @@ def _block_previous(xb, pb):
     return diff, prev_abs
 
 
+@njit(fastmath=_REASSOC, cache=True, nogil=True, boundscheck=False)
+def _block_previous_close(xb, pb, rtol, atol):
+    """``_block_previous`` and the first tolerance's ``_block_close`` in one loop (|x - p| and |p| taken once)."""
+    diff = 0.0
+    prev_abs = 0.0
+    close = np.int32(0)
+    for i in range(xb.shape[0]):
+        p = np.float64(pb[i])
+        d = abs(np.float64(xb[i]) - p)
+        a = abs(p)
+        diff += d
+        prev_abs += a
+        close = _add_if(close, d <= a * rtol + atol)
+    return diff, prev_abs, close
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
 def _block_close(xb, pb, rtol, atol):
     close = np.int32(0)
@@ -283,10 +299,11 @@ def _pass_signature(float_type, int_type):
 
 #: the signatures compiled (or loaded from numba's disk cache) when this module is imported
 PASS_SIGNATURES = [_pass_signature(types.float32, types.int32), _pass_signature(types.float64, types.int64)]
-SEGMENTS_SIGNATURE = types.void(_array(types.float64), _array(types.int64), _array(types.float64),
-                                _array(types.int64), _array(types.boolean), types.int64,
-                                _array(types.float64, 2), _array(types.float64, 2), _array(types.float64, 2),
-                                _array(types.int64, 2), _array(types.int64, 2))
+SEGMENTS_SIGNATURE = types.void(_array(types.float64, readonly=True), _array(types.int64, readonly=True),
+                                _array(types.float64, readonly=True), _array(types.int64, readonly=True),
+                                _array(types.boolean, readonly=True), types.int64,
+                                _array(types.float64, 2, readonly=True), _array(types.float64, 2, readonly=True),
+                                _array(types.float64, 2), _array(types.int64, 2), _array(types.int64, 2))
 
 
 @njit(PASS_SIGNATURES, cache=True, nogil=True, boundscheck=False)
@@ -354,10 +371,14 @@ def accumulate(x, bits, prev, mode, with_previous, bounds, tolerances, fstate, i
                     fstate[F_MIN] = mn
         if with_previous:
             pb = prev[lo:hi]
-            diff, prev_abs = _block_previous(xb, pb)
+            if tolerances.shape[0] > 0:
+                diff, prev_abs, close = _block_previous_close(xb, pb, tolerances[0, 0], tolerances[0, 1])
+                counts[n_ranges] += close
+            else:
+                diff, prev_abs = _block_previous(xb, pb)
             fstate[F_DIFF] += diff
             fstate[F_PREV_ABS] += prev_abs
-            for t in range(tolerances.shape[0]):
+            for t in range(1, tolerances.shape[0]):
                 counts[n_ranges + t] += _block_close(xb, pb, tolerances[t, 0], tolerances[t, 1])
         for r in range(n_ranges):
             counts[r] += _block_in_range(xb, bounds[r, 0], bounds[r, 1])

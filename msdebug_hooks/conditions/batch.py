@@ -59,7 +59,7 @@ def compute_statistics_batch(values: Sequence[Any], previous: Sequence[Any] | No
             results[index] = st.compute_statistics(value, prev, needed, ranges=ranges,
                                                    allclose_tolerances=tolerances, bfloat16=bfloat16)
             continue
-        dtype_name = "bfloat16" if kind == "bf16" else str(np.asarray(value).dtype)
+        dtype_name = st.dtype_text(value, kind)
         prev_flat = None
         if prev is not None and wants_previous:
             candidate, prev_kind = st._flat(prev, bfloat16=bfloat16)
@@ -129,6 +129,9 @@ def _segment_totals(parts: list[np.ndarray], counts: np.ndarray, needed: frozens
                     prev_parts: list[np.ndarray | None]) -> list[SimpleNamespace]:
     """Per segment, the running totals ``stats._finish`` reads (the fields of ``stats._Accumulator``)."""
     m = len(parts)
+    compiled = st._engine.kernels()
+    if compiled is not None:
+        return _compiled_segment_totals(compiled, parts, counts, needed, ranges, tolerances, prev_parts)
     totals = [_empty_totals(len(ranges), len(tolerances)) for _ in range(m)]
     live = np.flatnonzero(counts)               # reduceat cannot express an empty segment: they keep the zeros
     if live.size == 0:
@@ -178,6 +181,28 @@ def _segment_totals(parts: list[np.ndarray], counts: np.ndarray, needed: frozens
         if special[j]:
             _finish_special_segment(t, buf[starts[j]:starts[j] + seg_counts[j]], need_extremes)
     return totals
+
+
+def _compiled_segment_totals(k: Any, parts: list[np.ndarray], counts: np.ndarray, needed: frozenset[str],
+                             ranges: tuple[tuple[float, float], ...], tolerances: tuple[tuple[float, float], ...],
+                             prev_parts: list[np.ndarray | None]) -> list[SimpleNamespace]:
+    """The same totals from one call of the compiled pass over the concatenated float64 buffer
+    (``_kernels.accumulate_segments``: each segment is summed exactly as ``compute_statistics`` sums it)."""
+    m = len(parts)
+    starts = np.zeros(m + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    buf = np.concatenate(parts, dtype=np.float64, casting="unsafe") if m > 1 else np.asarray(parts[0], np.float64)
+    paired = np.array([p is not None for p in prev_parts], np.bool_)
+    if paired.any():
+        pbuf = np.concatenate([p if p is not None else np.zeros(int(c)) for p, c in zip(prev_parts, counts)],
+                              dtype=np.float64, casting="unsafe")
+    else:
+        pbuf = buf[:0]
+    fstate, istate, seg_counts = st._engine.new_state(k, m, len(ranges) + len(tolerances))
+    k.accumulate_segments(buf, buf.view(np.int64), pbuf, starts, paired, st._engine.pass_mode(k, needed),
+                          st._engine.range_bounds(ranges, np.dtype(np.float64)),
+                          st._engine.tolerance_array(tolerances), fstate, istate, seg_counts)
+    return [st._engine.totals(k, fstate[j], istate[j], seg_counts[j], len(ranges)) for j in range(m)]
 
 
 def _empty_totals(n_ranges: int, n_tolerances: int) -> SimpleNamespace:

@@ -132,9 +132,18 @@ def bfloat16_to_float32(words: np.ndarray) -> np.ndarray:
     return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
+#: the common native dtypes -> work kind (the per-tensor lookup by name was a visible cost for small tensors)
+_KIND_BY_DTYPE = {np.dtype(np.float32): "f4", np.dtype(np.float64): "f8",
+                  **{np.dtype(name): "conv4" for name in ("float16", "bool", "int8", "uint8", "int16", "uint16")},
+                  **{np.dtype(name): "conv8" for name in ("int32", "int64", "uint32", "uint64")}}
+
+
 def _flat(value: Any, *, bfloat16: bool = False) -> tuple[np.ndarray, str]:
     """(C-order 1-D array, kind) where kind names the work dtype path: "f4", "f8", "bf16" or "conv4"/"conv8"."""
     arr = np.asarray(value)
+    kind = _KIND_BY_DTYPE.get(arr.dtype)
+    if kind is not None and not bfloat16:
+        return np.ravel(arr, order="C"), kind
     name = arr.dtype.name
     if bfloat16:
         if arr.dtype.itemsize != 2:
@@ -152,6 +161,20 @@ def _flat(value: Any, *, bfloat16: bool = False) -> tuple[np.ndarray, str]:
     if name in ("float16", "bool", "int8", "uint8", "int16", "uint16"):
         return flat, "conv4"  # exact in float32
     return flat, "conv8"  # int32/64, uint32/64: double, as static_cast<double>
+
+
+_DTYPE_TEXT: dict[np.dtype, str] = {}
+
+
+def dtype_text(value: Any, kind: str) -> str:
+    """The dtype as ``TensorStatistics.dtype`` names it ("float32", ">f4", "bfloat16")."""
+    if kind == "bf16":
+        return "bfloat16"
+    dtype = np.asarray(value).dtype
+    text = _DTYPE_TEXT.get(dtype)
+    if text is None:
+        text = _DTYPE_TEXT[dtype] = str(dtype)
+    return text
 
 
 def _f32_at_least(bound: float) -> np.float32:
@@ -420,7 +443,7 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
     tolerances = tuple((float(r), float(a)) for r, a in allclose_tolerances)
     flat, kind = _flat(value, bfloat16=bfloat16)
     n = flat.shape[0]
-    dtype_name = "bfloat16" if kind == "bf16" else str(np.asarray(value).dtype)
+    dtype_name = dtype_text(value, kind)
     prev_flat = prev_kind = None
     has_previous = previous is not None
     if has_previous:
@@ -461,6 +484,12 @@ def _compiled_totals(k: Any, flat: np.ndarray, kind: str, prev_flat: np.ndarray 
     if kind in ("f4", "f8") and (not paired or prev_kind == kind):
         x = _engine.native(flat)
         prev = _engine.native(prev_flat) if paired else x[:0]
+    elif flat.shape[0] <= chunk and (not paired or work == np.float64 or _work_dtype(prev_kind) == work):
+        x = _as_work(flat, kind, work)  # one exact conversion (float64 holds every supported dtype exactly)
+        prev = _as_work(prev_flat, prev_kind, work) if paired else x[:0]
+    else:
+        x = None
+    if x is not None:
         k.accumulate(x, _engine.int_view(x), prev, mode, paired, _engine.range_bounds(ranges, work), tol, fstate,
                      istate, counts)
         return _engine.totals(k, fstate, istate, counts, len(ranges))
@@ -474,6 +503,13 @@ def _compiled_totals(k: Any, flat: np.ndarray, kind: str, prev_flat: np.ndarray 
         p = np.asarray(next(p_chunks), work) if p_chunks is not None else c[:0]
         k.accumulate(c, _engine.int_view(c), p, mode, paired, bounds, tol, fstate, istate, counts)
     return _engine.totals(k, fstate, istate, counts, len(ranges))
+
+
+def _as_work(flat: np.ndarray, kind: str, work: np.dtype) -> np.ndarray:
+    """A flat array of any kind converted exactly to the work dtype (bfloat16 arrives as raw words)."""
+    if kind == "bf16":
+        flat = bfloat16_to_float32(flat)
+    return np.asarray(flat, work)
 
 
 def _finish(acc: Any, n: int, dtype_name: str, needed: frozenset[str], ranges, tolerances,
