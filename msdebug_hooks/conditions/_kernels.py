@@ -35,7 +35,7 @@ F_MAX, F_MIN, F_SUM, F_MEAN, F_M2, F_ABS, F_DIFF, F_PREV_ABS = range(8)
 I_N, I_NAN, I_PINF, I_NINF, I_ZERO, I_POS, I_ANY = range(7)
 F_SLOTS, I_SLOTS = 8, 7
 
-_FAST = {"nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"}
+_FAST = {"reassoc", "nsz", "contract"}
 _REASSOC = {"reassoc"}  # sums may be reordered (vectorised); compares keep IEEE NaN rules
 
 
