@@ -17,6 +17,8 @@ from typing import Iterator
 
 import numpy as np
 
+from msdebug_hooks.conditions._dtypes import bfloat16_to_float32, f32_at_least, f32_at_most, work_chunks, work_dtype
+
 ENGINE_VARIABLE = "MSDEBUG_STATISTICS_ENGINE"
 
 _log = logging.getLogger("msdebug_hooks.conditions")
@@ -149,10 +151,9 @@ def range_bounds(ranges: tuple[tuple[float, float], ...], dtype: np.dtype) -> np
     key = ("bounds", ranges, dtype.char)
     found = _ARRAYS.get(key)
     if found is None:
-        from msdebug_hooks.conditions.stats import _f32_at_least, _f32_at_most
         if dtype == np.float32:
             with np.errstate(over="ignore"):
-                pairs = [(_f32_at_least(a), _f32_at_most(b)) for a, b in ranges]
+                pairs = [(f32_at_least(a), f32_at_most(b)) for a, b in ranges]
             found = np.array(pairs, np.float32).reshape(len(ranges), 2)
         else:
             found = np.array(ranges, np.float64).reshape(len(ranges), 2)
@@ -173,3 +174,44 @@ def _frozen(a: np.ndarray) -> np.ndarray:
         _ARRAYS.clear()
     a.flags.writeable = False
     return a
+
+
+def compiled_totals(k: ModuleType, flat: np.ndarray, kind: str, prev_flat: np.ndarray | None, prev_kind: str | None,
+                     needed: frozenset[str], ranges: tuple[tuple[float, float], ...],
+                     tolerances: tuple[tuple[float, float], ...], chunk: int) -> SimpleNamespace:
+    """The totals ``stats._finish`` reads, from the compiled pass (``_kernels.accumulate``): float32/float64 tensors
+    in one call; converted dtypes, and a previous value of another work dtype, one cache-sized chunk at a time."""
+    work = work_dtype(kind)
+    fstate, istate, counts = new_state(k, n_counts=len(ranges) + len(tolerances))
+    mode = pass_mode(k, needed)
+    paired = prev_flat is not None
+    tol = tolerance_array(tolerances)
+    if kind in ("f4", "f8") and (not paired or prev_kind == kind):
+        x = native(flat)
+        prev = native(prev_flat) if paired else x[:0]
+    elif flat.shape[0] <= chunk and (not paired or work == np.float64 or work_dtype(prev_kind) == work):
+        x = _as_work(flat, kind, work)  # one exact conversion (float64 holds every supported dtype exactly)
+        prev = _as_work(prev_flat, prev_kind, work) if paired else x[:0]
+    else:
+        x = None
+    if x is not None:
+        k.accumulate(x, int_view(x), prev, mode, paired, range_bounds(ranges, work), tol, fstate,
+                     istate, counts)
+        return totals(k, fstate, istate, counts, len(ranges))
+    if paired and work_dtype(prev_kind) != work:
+        work = np.dtype(np.float64)  # both sides in float64, as the C++ compared them
+    bounds = range_bounds(ranges, work)
+    x_chunks = work_chunks(flat, kind, chunk, work_dtype(kind))
+    p_chunks = work_chunks(prev_flat, prev_kind, chunk, work_dtype(prev_kind)) if paired else None
+    for c in x_chunks:
+        c = np.asarray(c, work)
+        p = np.asarray(next(p_chunks), work) if p_chunks is not None else c[:0]
+        k.accumulate(c, int_view(c), p, mode, paired, bounds, tol, fstate, istate, counts)
+    return totals(k, fstate, istate, counts, len(ranges))
+
+
+def _as_work(flat: np.ndarray, kind: str, work: np.dtype) -> np.ndarray:
+    """A flat array of any kind converted exactly to the work dtype (bfloat16 arrives as raw words)."""
+    if kind == "bf16":
+        flat = bfloat16_to_float32(flat)
+    return np.asarray(flat, work)

@@ -20,7 +20,9 @@ from typing import Any, Collection, Iterable, Sequence
 
 import numpy as np
 
+from msdebug_hooks.conditions import _engine
 from msdebug_hooks.conditions import stats as st
+from msdebug_hooks.conditions._dtypes import bfloat16_to_float32, dtype_text, flat_kind
 
 
 #: float64 elements per group: 256 KB per temporary, half of one core's L2 (``stats.CHUNK_BYTES``)
@@ -53,16 +55,16 @@ def compute_statistics_batch(values: Sequence[Any], previous: Sequence[Any] | No
     results: list[Any] = [None] * len(values)
     batch = _Batch()
     for index, (value, prev) in enumerate(zip(values, prevs)):
-        flat, kind = st._flat(value, bfloat16=bfloat16)
+        flat, kind = flat_kind(value, bfloat16=bfloat16)
         n = flat.shape[0]
         if n > st.SMALL_TENSOR:
             results[index] = st.compute_statistics(value, prev, needed, ranges=ranges,
                                                    allclose_tolerances=tolerances, bfloat16=bfloat16)
             continue
-        dtype_name = st.dtype_text(value, kind)
+        dtype_name = dtype_text(value, kind)
         prev_flat = None
         if prev is not None and wants_previous:
-            candidate, prev_kind = st._flat(prev, bfloat16=bfloat16)
+            candidate, prev_kind = flat_kind(prev, bfloat16=bfloat16)
             if candidate.shape[0] == n:
                 prev_flat = _as_float64_source(candidate, prev_kind)
         batch.add(index, _as_float64_source(flat, kind), dtype_name, prev is not None, prev_flat)
@@ -73,7 +75,7 @@ def compute_statistics_batch(values: Sequence[Any], previous: Sequence[Any] | No
 
 def _as_float64_source(flat: np.ndarray, kind: str) -> np.ndarray:
     """A flat array that converts to float64 exactly as the single-tensor path converts it."""
-    return st.bfloat16_to_float32(flat) if kind == "bf16" else flat
+    return bfloat16_to_float32(flat) if kind == "bf16" else flat
 
 
 class _Batch:
@@ -129,7 +131,7 @@ def _segment_totals(parts: list[np.ndarray], counts: np.ndarray, needed: frozens
                     prev_parts: list[np.ndarray | None]) -> list[SimpleNamespace]:
     """Per segment, the running totals ``stats._finish`` reads (the fields of ``stats._Accumulator``)."""
     m = len(parts)
-    compiled = st._engine.kernels()
+    compiled = _engine.kernels()
     if compiled is not None:
         return _compiled_segment_totals(compiled, parts, counts, needed, ranges, tolerances, prev_parts)
     totals = [_empty_totals(len(ranges), len(tolerances)) for _ in range(m)]
@@ -198,11 +200,11 @@ def _compiled_segment_totals(k: Any, parts: list[np.ndarray], counts: np.ndarray
                               dtype=np.float64, casting="unsafe")
     else:
         pbuf = buf[:0]
-    fstate, istate, seg_counts = st._engine.new_state(k, m, len(ranges) + len(tolerances))
-    k.accumulate_segments(buf, buf.view(np.int64), pbuf, starts, paired, st._engine.pass_mode(k, needed),
-                          st._engine.range_bounds(ranges, np.dtype(np.float64)),
-                          st._engine.tolerance_array(tolerances), fstate, istate, seg_counts)
-    return [st._engine.totals(k, fstate[j], istate[j], seg_counts[j], len(ranges)) for j in range(m)]
+    fstate, istate, seg_counts = _engine.new_state(k, m, len(ranges) + len(tolerances))
+    k.accumulate_segments(buf, buf.view(np.int64), pbuf, starts, paired, _engine.pass_mode(k, needed),
+                          _engine.range_bounds(ranges, np.dtype(np.float64)),
+                          _engine.tolerance_array(tolerances), fstate, istate, seg_counts)
+    return [_engine.totals(k, fstate[j], istate[j], seg_counts[j], len(ranges)) for j in range(m)]
 
 
 def _empty_totals(n_ranges: int, n_tolerances: int) -> SimpleNamespace:

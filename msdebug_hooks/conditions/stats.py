@@ -1,8 +1,10 @@
 """Tensor statistics for watchpoints, computed the way MindSpore's debugger did, in one pass over memory.
 
-Why chunked: a statistic is memory-bound. Calling numpy once per statistic reads the whole tensor from RAM a dozen
-times; here the tensor is walked once in chunks of about 256 KB, each chunk stays in the L2 cache while every needed
-statistic is taken from it, so RAM is read once. Only the statistics the caller names are computed.
+Why one pass: a statistic is memory-bound. Calling numpy once per statistic reads the whole tensor from RAM a dozen
+times; here every needed statistic is taken from one read. Two engines do it (``_engine`` picks): compiled
+kernels (``_kernels``, numba: blocks of 4096 elements in L1, 0.6-0.8x the speed of one ``np.max`` pass for the
+full set) and, where numba is missing, numpy over chunks of about 256 KB that stay in L2 (about 10 numpy calls
+per chunk, 0.1-0.25x of ``np.max``). Only the statistics the caller names are computed.
 
 Semantics (MindSpore ``tensor_summary.cc`` ``SummarizeTensor``; every element cast to ``double``):
 
@@ -21,16 +23,8 @@ Dtypes: bool, int8-64, uint8-64, float16/32/64 (as MindSpore's ``GetSummaryPtr``
 array, or raw uint16 words with ``bfloat16=True``), read as float32. Anything else raises ``UnsupportedDtypeError``.
 
 Accuracy: tensors of up to 32K elements are summed in float64, like the C++ loop. Larger float32 tensors are summed
-in float32 per chunk by BLAS and combined in float64 across chunks (about 1e-7 relative); once a chunk shows a mean
-that is large against its spread, chunks are summed around that mean so ``sd`` does not cancel. Max, min and every
-count are exact.
-
-Speed: per 64K-element chunk the full set costs about ten numpy calls (max, min, two dots, abs + dot, two
-compare + count). Only the first reads RAM; the others run on the cached chunk, which numpy does only 2-3x faster
-than a RAM stream on this machine, so the full set runs at roughly 10-25 % of one ``np.max`` pass and 5-8x faster
-than one numpy call per statistic (``benchmarks/stats_throughput.py``). Smaller sets cost proportionally less: a
-tensor free of NaN/Inf with max > 0 > min skips every NaN/Inf pass, all-positive or all-negative chunks skip the
-zero and sign counts, and |x| is not computed when min >= 0 or max <= 0.
+in float32 per block or chunk and combined in float64 across them (about 1e-7 relative), each summed around a mean
+so that ``sd`` does not cancel. Max, min, every count, range shares and allclose are exact in both engines.
 """
 from __future__ import annotations
 
@@ -43,6 +37,13 @@ import numpy as np
 
 from msdebug_hooks.conditions import _engine
 from msdebug_hooks.conditions._blas import single_threaded_blas
+from msdebug_hooks.conditions._dtypes import (  # noqa: F401 (public names of this module since the start)
+    SUPPORTED_DTYPES_TEXT, UnsupportedDtypeError, bfloat16_to_float32, dtype_text)
+from msdebug_hooks.conditions._dtypes import f32_at_least as _f32_at_least
+from msdebug_hooks.conditions._dtypes import f32_at_most as _f32_at_most
+from msdebug_hooks.conditions._dtypes import flat_kind as _flat
+from msdebug_hooks.conditions._dtypes import work_chunks as _chunks
+from msdebug_hooks.conditions._dtypes import work_dtype as _work_dtype
 
 # --- names of the statistics a caller can ask for ------------------------------------------------------------------
 MAX, MIN, MEAN, SD, ABS_MEAN = "max", "min", "mean", "sd", "abs_mean"
@@ -57,20 +58,6 @@ UPDATE_RATIO_EPSILON = 1e-9
 
 CHUNK_BYTES = 256 * 1024  # half of this machine's per-core L2; every pass over a chunk after the first hits cache
 SMALL_TENSOR = 1 << 15     # up to this many elements float32 data is summed in float64 (it costs microseconds)
-
-_SUPPORTED = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-              "float16", "float32", "float64", "bfloat16")
-SUPPORTED_DTYPES_TEXT = "bool, int8-64, uint8-64, float16, float32, float64, bfloat16 (read as float32)"
-
-
-class UnsupportedDtypeError(TypeError):
-    """The tensor's dtype is one MindSpore's debugger never analysed (complex, strings, objects, ...)."""
-
-    def __init__(self, dtype: Any) -> None:
-        self.dtype = dtype
-        super().__init__(f"dtype={str(dtype)!r} is not supported for watchpoint statistics: "
-                         f"supported are {SUPPORTED_DTYPES_TEXT}")
-
 
 @dataclass(frozen=True)
 class TensorStatistics:
@@ -121,75 +108,6 @@ class TensorStatistics:
                                              "negative_count", "has_previous", "update_ratio")}
         out["zero_percentage"] = self.zero_percentage
         return out
-
-
-# --- input normalisation --------------------------------------------------------------------------------------------
-
-def bfloat16_to_float32(words: np.ndarray) -> np.ndarray:
-    """Raw bfloat16 words (uint16, or an ml_dtypes bfloat16 array) -> float32, exactly (bf16 is the high half)."""
-    raw = np.asarray(words)
-    raw = raw.view(np.uint16) if raw.dtype.itemsize == 2 else raw.astype(np.uint16)
-    return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
-#: the common native dtypes -> work kind (the per-tensor lookup by name was a visible cost for small tensors)
-_KIND_BY_DTYPE = {np.dtype(np.float32): "f4", np.dtype(np.float64): "f8",
-                  **{np.dtype(name): "conv4" for name in ("float16", "bool", "int8", "uint8", "int16", "uint16")},
-                  **{np.dtype(name): "conv8" for name in ("int32", "int64", "uint32", "uint64")}}
-
-
-def _flat(value: Any, *, bfloat16: bool = False) -> tuple[np.ndarray, str]:
-    """(C-order 1-D array, kind) where kind names the work dtype path: "f4", "f8", "bf16" or "conv4"/"conv8"."""
-    arr = np.asarray(value)
-    kind = _KIND_BY_DTYPE.get(arr.dtype)
-    if kind is not None and not bfloat16:
-        return np.ravel(arr, order="C"), kind
-    name = arr.dtype.name
-    if bfloat16:
-        if arr.dtype.itemsize != 2:
-            raise UnsupportedDtypeError(f"{name} marked as bfloat16 (expected 2-byte words)")
-        return np.ravel(arr, order="C").view(np.uint16), "bf16"
-    if name == "bfloat16":  # ml_dtypes
-        return np.ravel(arr, order="C").view(np.uint16), "bf16"
-    if name not in _SUPPORTED:
-        raise UnsupportedDtypeError(name)
-    flat = np.ravel(arr, order="C")
-    if name == "float32":
-        return flat, "f4"
-    if name == "float64":
-        return flat, "f8"
-    if name in ("float16", "bool", "int8", "uint8", "int16", "uint16"):
-        return flat, "conv4"  # exact in float32
-    return flat, "conv8"  # int32/64, uint32/64: double, as static_cast<double>
-
-
-_DTYPE_TEXT: dict[np.dtype, str] = {}
-
-
-def dtype_text(value: Any, kind: str) -> str:
-    """The dtype as ``TensorStatistics.dtype`` names it ("float32", ">f4", "bfloat16")."""
-    if kind == "bf16":
-        return "bfloat16"
-    dtype = np.asarray(value).dtype
-    text = _DTYPE_TEXT.get(dtype)
-    if text is None:
-        text = _DTYPE_TEXT[dtype] = str(dtype)
-    return text
-
-
-def _f32_at_least(bound: float) -> np.float32:
-    """Smallest float32 >= bound, so that for float32 x: x >= result  <=>  double(x) >= bound."""
-    b = np.float32(bound)
-    if float(b) < bound:
-        b = np.nextafter(b, np.float32(np.inf))
-    return b
-
-
-def _f32_at_most(bound: float) -> np.float32:
-    b = np.float32(bound)
-    if float(b) > bound:
-        b = np.nextafter(b, np.float32(-np.inf))
-    return b
 
 
 # --- the chunk kernel -------------------------------------------------------------------------------------------------
@@ -387,33 +305,6 @@ class _Accumulator:
         self.m2 += cm2 + delta * delta * n_a * k / n
 
 
-def _work_dtype(kind: str) -> np.dtype:
-    return np.dtype(np.float64 if kind in ("f8", "conv8") else np.float32)
-
-
-def _chunks(flat: np.ndarray, kind: str, chunk: int, work: np.dtype) -> Iterable[np.ndarray]:
-    """Yield work-dtype chunks; converted kinds go through one reused buffer (exact conversion, as the C++ cast)."""
-    n = flat.shape[0]
-    if kind in ("f4", "f8"):
-        for start in range(0, n, chunk):
-            yield flat[start:start + chunk]
-        return
-    conv = np.empty(min(chunk, n), work)
-    wide = np.empty(min(chunk, n), np.uint32) if kind == "bf16" else None
-    for start in range(0, n, chunk):
-        part = flat[start:start + chunk]
-        k = part.shape[0]
-        if kind == "bf16":
-            w = wide[:k]
-            np.copyto(w, part)
-            np.left_shift(w, np.uint32(16), out=w)
-            yield w.view(np.float32)
-        else:
-            out = conv[:k]
-            np.copyto(out, part, casting="unsafe")
-            yield out
-
-
 def checked_statistic_names(needed: Collection[str]) -> frozenset[str]:
     """``needed`` as a frozenset, or a ``ConfigError`` naming the unknown statistic names."""
     needed = frozenset(needed)
@@ -458,8 +349,8 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
     chunk = max(1024, chunk_bytes // work.itemsize)
     compiled = _engine.kernels() if n else None
     if compiled is not None:
-        totals = _compiled_totals(compiled, flat, kind, prev_flat if pair_previous else None, prev_kind, needed,
-                                  ranges, tolerances, chunk)
+        totals = _engine.compiled_totals(compiled, flat, kind, prev_flat if pair_previous else None, prev_kind,
+                                         needed, ranges, tolerances, chunk)
         return _finish(totals, n, dtype_name, needed, ranges, tolerances, has_previous, wants_previous,
                        pair_previous)
     acc = _Accumulator(work, chunk if n >= chunk else max(n, 1), needed, ranges, tolerances, pair_previous)
@@ -469,47 +360,6 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
             for c in _chunks(flat, kind, chunk, work):
                 acc.add_chunk(c, next(prev_chunks) if prev_chunks is not None else None)
     return _finish(acc, n, dtype_name, needed, ranges, tolerances, has_previous, wants_previous, pair_previous)
-
-
-def _compiled_totals(k: Any, flat: np.ndarray, kind: str, prev_flat: np.ndarray | None, prev_kind: str | None,
-                     needed: frozenset[str], ranges: tuple[tuple[float, float], ...],
-                     tolerances: tuple[tuple[float, float], ...], chunk: int) -> Any:
-    """The totals ``_finish`` reads, from the compiled pass (``_kernels.accumulate``): float32/float64 tensors in one
-    call; converted dtypes, and a previous value of another work dtype, one cache-sized chunk at a time."""
-    work = _work_dtype(kind)
-    fstate, istate, counts = _engine.new_state(k, n_counts=len(ranges) + len(tolerances))
-    mode = _engine.pass_mode(k, needed)
-    paired = prev_flat is not None
-    tol = _engine.tolerance_array(tolerances)
-    if kind in ("f4", "f8") and (not paired or prev_kind == kind):
-        x = _engine.native(flat)
-        prev = _engine.native(prev_flat) if paired else x[:0]
-    elif flat.shape[0] <= chunk and (not paired or work == np.float64 or _work_dtype(prev_kind) == work):
-        x = _as_work(flat, kind, work)  # one exact conversion (float64 holds every supported dtype exactly)
-        prev = _as_work(prev_flat, prev_kind, work) if paired else x[:0]
-    else:
-        x = None
-    if x is not None:
-        k.accumulate(x, _engine.int_view(x), prev, mode, paired, _engine.range_bounds(ranges, work), tol, fstate,
-                     istate, counts)
-        return _engine.totals(k, fstate, istate, counts, len(ranges))
-    if paired and _work_dtype(prev_kind) != work:
-        work = np.dtype(np.float64)  # both sides in float64, as the C++ compared them
-    bounds = _engine.range_bounds(ranges, work)
-    x_chunks = _chunks(flat, kind, chunk, _work_dtype(kind))
-    p_chunks = _chunks(prev_flat, prev_kind, chunk, _work_dtype(prev_kind)) if paired else None
-    for c in x_chunks:
-        c = np.asarray(c, work)
-        p = np.asarray(next(p_chunks), work) if p_chunks is not None else c[:0]
-        k.accumulate(c, _engine.int_view(c), p, mode, paired, bounds, tol, fstate, istate, counts)
-    return _engine.totals(k, fstate, istate, counts, len(ranges))
-
-
-def _as_work(flat: np.ndarray, kind: str, work: np.dtype) -> np.ndarray:
-    """A flat array of any kind converted exactly to the work dtype (bfloat16 arrives as raw words)."""
-    if kind == "bf16":
-        flat = bfloat16_to_float32(flat)
-    return np.asarray(flat, work)
 
 
 def _finish(acc: Any, n: int, dtype_name: str, needed: frozenset[str], ranges, tolerances,
