@@ -237,8 +237,21 @@ def _merge_moments(fstate, n_before, k, block_sum, block_mean, block_m2):
 
 # --- previous value, ranges: float64 / IEEE compares ---------------------------------------------------------------
 
-@njit(fastmath=_REASSOC, cache=True, nogil=True, boundscheck=False)
+@njit(fastmath=_FAST, cache=True, nogil=True, boundscheck=False)
 def _block_previous(xb, pb):
+    """(sum |x - p|, sum |p|) of a block in x's dtype lanes (float32 lanes for float32, like the other sums);
+    a non-finite result (NaN/Inf present, or a float32 overflow) is redone by ``_block_previous64``."""
+    diff = xb.dtype.type(0)
+    prev_abs = xb.dtype.type(0)
+    for i in range(xb.shape[0]):
+        p = pb[i]
+        diff += abs(xb[i] - p)
+        prev_abs += abs(p)
+    return diff, prev_abs
+
+
+@njit(fastmath=_REASSOC, cache=True, nogil=True, boundscheck=False)
+def _block_previous64(xb, pb):
     diff = 0.0
     prev_abs = 0.0
     for i in range(xb.shape[0]):
@@ -246,22 +259,6 @@ def _block_previous(xb, pb):
         diff += abs(np.float64(xb[i]) - p)
         prev_abs += abs(p)
     return diff, prev_abs
-
-
-@njit(fastmath=_REASSOC, cache=True, nogil=True, boundscheck=False)
-def _block_previous_close(xb, pb, rtol, atol):
-    """``_block_previous`` and the first tolerance's ``_block_close`` in one loop (|x - p| and |p| taken once)."""
-    diff = 0.0
-    prev_abs = 0.0
-    close = np.int32(0)
-    for i in range(xb.shape[0]):
-        p = np.float64(pb[i])
-        d = abs(np.float64(xb[i]) - p)
-        a = abs(p)
-        diff += d
-        prev_abs += a
-        close = _add_if(close, d <= a * rtol + atol)
-    return diff, prev_abs, close
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
@@ -371,15 +368,19 @@ def accumulate(x, bits, prev, mode, with_previous, bounds, tolerances, fstate, i
                     fstate[F_MIN] = mn
         if with_previous:
             pb = prev[lo:hi]
-            if tolerances.shape[0] > 0:
-                diff, prev_abs, close = _block_previous_close(xb, pb, tolerances[0, 0], tolerances[0, 1])
-                counts[n_ranges] += close
+            diff, prev_abs = _block_previous(xb, pb)
+            if np.isfinite(diff) and np.isfinite(prev_abs):
+                fstate[F_DIFF] += diff
+                fstate[F_PREV_ABS] += prev_abs
             else:
-                diff, prev_abs = _block_previous(xb, pb)
-            fstate[F_DIFF] += diff
-            fstate[F_PREV_ABS] += prev_abs
-            for t in range(1, tolerances.shape[0]):
-                counts[n_ranges + t] += _block_close(xb, pb, tolerances[t, 0], tolerances[t, 1])
+                diff64, prev_abs64 = _block_previous64(xb, pb)
+                fstate[F_DIFF] += diff64
+                fstate[F_PREV_ABS] += prev_abs64
+            for t in range(tolerances.shape[0]):
+                # allclose is an AND: once an element was not close, the rest need no look (changing weights
+                # cost one block of it; unchanged ones, whose watchpoint is about to hit, the whole float64 pass)
+                if counts[n_ranges + t] == istate[I_N]:
+                    counts[n_ranges + t] += _block_close(xb, pb, tolerances[t, 0], tolerances[t, 1])
         for r in range(n_ranges):
             counts[r] += _block_in_range(xb, bounds[r, 0], bounds[r, 1])
         istate[I_N] += k

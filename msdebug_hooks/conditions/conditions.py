@@ -133,44 +133,48 @@ class Condition:
             value = None
         return math.nan if value is None else float(value)
 
-    def _judging_plan(self) -> tuple[tuple[tuple[ParamSpec, Any, Any], ...], tuple[float, float] | None]:
-        """((spec, value, comparison) for each given parameter in protocol order, allclose tolerance), worked out
-        once per parameter set: ``evaluate`` runs per tensor and per step, where parsing names each time showed."""
+    def _judging_plan(self) -> tuple[tuple[tuple[ParamSpec, Any, Any, ParamResult], ...],
+                                     tuple[float, float] | None, tuple[ParamResult, ...]]:
+        """((spec, value, comparison, its not-evaluated result) per given parameter in protocol order, allclose
+        tolerance, every parameter not evaluated), worked out once per parameter set: ``evaluate`` runs per tensor
+        and per step, where parsing names and building the same results each time showed."""
         key = tuple(self.params.items())
         plan = self.__dict__.get("_plan")
         if plan is None or plan[0] != key:
-            entries = tuple((spec, self.params[spec.name], OPERATORS[spec.operator] if spec.operator else None)
+            entries = tuple((spec, self.params[spec.name], OPERATORS[spec.operator] if spec.operator else None,
+                             ParamResult(spec.name, self.params[spec.name], False, None))
                             for spec in self.param_specs if spec.name in self.params)
-            plan = (key, entries, self.allclose_tolerance())
+            unevaluated = tuple(ParamResult(n, v, False, None) for n, v in self.params.items())
+            plan = (key, entries, self.allclose_tolerance(), unevaluated)
             self.__dict__["_plan"] = plan
-        return plan[1], plan[2]
+        return plan[1], plan[2], plan[3]
 
     def evaluate(self, s: st.TensorStatistics) -> ConditionResult:
         """Judge precomputed statistics (``check_many`` shares one statistics pass over several conditions)."""
+        entries, tol, unevaluated = self._judging_plan()
         if s.count == 0:
-            return ConditionResult(False, 0, self._unevaluated(), note="tensor has no elements: not analysed")
+            return ConditionResult(False, 0, unevaluated, note="tensor has no elements: not analysed")
         error = (ERROR_NAN if s.nan_count else 0) | (ERROR_INF if s.pos_inf_count or s.neg_inf_count else 0)
         hit = False
         if self.needs_previous and not s.has_previous:
             error |= ERROR_NO_PREVIOUS
         if error:
-            return ConditionResult(False, error, self._unevaluated())
-        entries, tol = self._judging_plan()
+            return ConditionResult(False, error, unevaluated)
         if tol is not None:
             hit = bool(s.allclose.get(tol, False))
         results = []
-        for spec, value, compare in entries:
+        for spec, value, compare, not_evaluated in entries:
+            if compare is None:
+                results.append(not_evaluated)
+                continue
             stat = self._statistic(spec, s)
-            if compare is None or stat != stat:  # NaN: not evaluated
-                results.append(ParamResult(spec.name, value, False, None))
+            if stat != stat:  # NaN: not evaluated
+                results.append(not_evaluated)
                 continue
             param_hit = bool(compare(stat, value))
             hit = hit or param_hit
             results.append(ParamResult(spec.name, value, param_hit, stat))
         return ConditionResult(hit, 0, tuple(results))
-
-    def _unevaluated(self) -> tuple[ParamResult, ...]:
-        return tuple(ParamResult(n, v, False, None) for n, v in self.params.items())
 
     def check(self, value: Any, previous: Any = None) -> ConditionResult:
         """Evaluate on a numpy array (``previous``: the same tensor one step earlier, for change conditions).
