@@ -131,9 +131,17 @@ def new_state(k: ModuleType, rows: int | None = None, n_counts: int = 0) -> tupl
 def totals(k: ModuleType, fstate: np.ndarray, istate: np.ndarray, counts: np.ndarray,
            n_ranges: int) -> SimpleNamespace:
     """The running totals as ``stats._finish`` reads them (the fields of ``stats._Accumulator``)."""
-    f = fstate.tolist()
-    i = istate.tolist()
-    c = counts.tolist()
+    return totals_of(k, fstate.tolist(), istate.tolist(), counts.tolist(), n_ranges)
+
+
+def totals_rows(k: ModuleType, fstate: np.ndarray, istate: np.ndarray, counts: np.ndarray,
+                n_ranges: int) -> list[SimpleNamespace]:
+    """``totals`` of every row (segment) of 2-D state arrays."""
+    return [totals_of(k, f, i, c, n_ranges)
+            for f, i, c in zip(fstate.tolist(), istate.tolist(), counts.tolist())]
+
+
+def totals_of(k: ModuleType, f: list[float], i: list[int], c: list[int], n_ranges: int) -> SimpleNamespace:
     n = i[k.I_N]
     return SimpleNamespace(
         n=n, nan=i[k.I_NAN], pinf=i[k.I_PINF], ninf=i[k.I_NINF], zero=i[k.I_ZERO], pos=i[k.I_POS],

@@ -54,20 +54,28 @@ def compute_statistics_batch(values: Sequence[Any], previous: Sequence[Any] | No
     wants_previous = st.UPDATE_RATIO in needed or bool(tolerances)
     results: list[Any] = [None] * len(values)
     batch = _Batch()
+    compiled = _engine.kernels()
     for index, (value, prev) in enumerate(zip(values, prevs)):
         flat, kind = flat_kind(value, bfloat16=bfloat16)
         n = flat.shape[0]
-        if n > st.SMALL_TENSOR:
+        if n > st.SMALL_TENSOR and compiled is None:
             results[index] = st.compute_statistics(value, prev, needed, ranges=ranges,
                                                    allclose_tolerances=tolerances, bfloat16=bfloat16)
             continue
         dtype_name = dtype_text(value, kind)
-        prev_flat = None
+        prev_flat = prev_kind = None
         if prev is not None and wants_previous:
-            candidate, prev_kind = flat_kind(prev, bfloat16=bfloat16)
+            candidate, candidate_kind = flat_kind(prev, bfloat16=bfloat16)
             if candidate.shape[0] == n:
-                prev_flat = _as_float64_source(candidate, prev_kind)
-        batch.add(index, _as_float64_source(flat, kind), dtype_name, prev is not None, prev_flat)
+                prev_flat, prev_kind = candidate, candidate_kind
+        if n > st.SMALL_TENSOR:   # what compute_statistics does, without checking the request again per tensor
+            totals = _engine.compiled_totals(compiled, flat, kind, prev_flat, prev_kind, needed, ranges, tolerances,
+                                             st.chunk_elements(kind))
+            results[index] = st._finish(totals, n, dtype_name, needed, ranges, tolerances, prev is not None,
+                                        wants_previous, prev_flat is not None)
+            continue
+        batch.add(index, _as_float64_source(flat, kind), dtype_name, prev is not None,
+                  None if prev_flat is None else _as_float64_source(prev_flat, prev_kind))
     for index, stats in batch.finish(needed, ranges, tolerances, wants_previous):
         results[index] = stats
     return results
@@ -204,7 +212,7 @@ def _compiled_segment_totals(k: Any, parts: list[np.ndarray], counts: np.ndarray
     k.accumulate_segments(buf, buf.view(np.int64), pbuf, starts, paired, _engine.pass_mode(k, needed),
                           _engine.range_bounds(ranges, np.dtype(np.float64)),
                           _engine.tolerance_array(tolerances), fstate, istate, seg_counts)
-    return [_engine.totals(k, fstate[j], istate[j], seg_counts[j], len(ranges)) for j in range(m)]
+    return _engine.totals_rows(k, fstate, istate, seg_counts, len(ranges))
 
 
 def _empty_totals(n_ranges: int, n_tolerances: int) -> SimpleNamespace:
