@@ -231,3 +231,49 @@ def test_read_only_and_foreign_byte_order_inputs_use_the_same_kernels():
         got = st.compute_statistics(value, x * 2, NEEDED, ranges=RANGES, allclose_tolerances=TOLERANCES)
         assert got.as_dict() | {"dtype": None} == expected.as_dict() | {"dtype": None}
         assert got.allclose == expected.allclose and got.range_percentages == expected.range_percentages
+
+
+@pytest.mark.parametrize("engine", ["compiled", "numpy"])
+def test_keep_previous_copies_the_values_and_changes_no_result(engine):
+    from msdebug_hooks.conditions import TensorChangeBelowThresholdCondition, TensorUnchangedCondition, check_tensors
+    rng = np.random.default_rng(11)
+    dtypes = ["float32", "float64", "bfloat16", "float16", "int32", "float32"]
+    sizes = [70_007, 50_000, 40_000, 300, 7, 5000]
+    values = [_random(rng, d, n, "plain") for d, n in zip(dtypes, sizes)]
+    values[0] = values[0].reshape(7, 10_001)
+    previous = [_random(rng, d, n, "plain") for d, n in zip(dtypes, sizes)]
+    previous[0] = previous[0].reshape(7, 10_001)
+    previous[4] = None                                   # no previous value: nothing to keep
+    conditions = [TensorChangeBelowThresholdCondition(abs_mean_update_ratio_lt=1e-4), TensorUnchangedCondition()]
+    with _engine.forced_engine(engine):
+        expected_batch = compute_statistics_batch(values, [None if p is None else p.copy() for p in previous],
+                                                  NEEDED, ranges=RANGES, allclose_tolerances=TOLERANCES)
+        expected_checks = check_tensors(conditions, values, [None if p is None else p.copy() for p in previous])
+        kept = [None if p is None else p.copy() for p in previous]
+        got = compute_statistics_batch(values, kept, NEEDED, ranges=RANGES, allclose_tolerances=TOLERANCES,
+                                       keep_previous=True)
+        assert [g.as_dict() for g in got] == [e.as_dict() for e in expected_batch]
+        assert all(_same_bytes(k, v) for k, v in zip(kept, values) if k is not None)
+        kept = [None if p is None else p.copy() for p in previous]
+        assert check_tensors(conditions, values, kept, keep_previous=True) == expected_checks
+        assert all(_same_bytes(k, v) for k, v in zip(kept, values) if k is not None)
+        one = previous[1].copy()
+        single = st.compute_statistics(values[1], one, NEEDED, keep_previous=True)
+        assert single.as_dict() == expected_batch[1].as_dict() and np.array_equal(one, values[1])
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def test_keep_previous_refuses_what_it_cannot_write_before_touching_anything():
+    from msdebug_hooks.errors import ConfigError
+    x = np.arange(5000, dtype=np.float32)
+    frozen = np.zeros(5000, np.float32)
+    frozen.flags.writeable = False
+    keep = np.zeros(5000, np.float32)
+    with pytest.raises(ConfigError, match=r"previous\[1\].*read-only float32 array of 5000.*writable"):
+        compute_statistics_batch([x, x], [keep, frozen], keep_previous=True)
+    assert not keep.any()                                  # checked first: nothing was copied
+    with pytest.raises(ConfigError, match=r"float64 array of 5000.*float32"):
+        st.compute_statistics(x, np.zeros(5000), keep_previous=True)

@@ -184,11 +184,17 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     return a
 
 
+_NOWHERE = {np.dtype(np.float32): np.empty(0, np.float32), np.dtype(np.float64): np.empty(0, np.float64)}
+
+
 def compiled_totals(k: ModuleType, flat: np.ndarray, kind: str, prev_flat: np.ndarray | None, prev_kind: str | None,
-                     needed: frozenset[str], ranges: tuple[tuple[float, float], ...],
-                     tolerances: tuple[tuple[float, float], ...], chunk: int) -> SimpleNamespace:
-    """The totals ``stats._finish`` reads, from the compiled pass (``_kernels.accumulate``): float32/float64 tensors
-    in one call; converted dtypes, and a previous value of another work dtype, one cache-sized chunk at a time."""
+                    needed: frozenset[str], ranges: tuple[tuple[float, float], ...],
+                    tolerances: tuple[tuple[float, float], ...], chunk: int,
+                    keep_into: np.ndarray | None = None) -> tuple[SimpleNamespace, bool]:
+    """(the totals ``stats._finish`` reads, whether ``flat`` was copied into ``keep_into``) from the compiled pass
+    (``_kernels.accumulate``): float32/float64 tensors in one call, copied into ``keep_into`` (a writable flat array
+    of their dtype) in the same pass; converted dtypes, and a previous value of another work dtype, one cache-sized
+    chunk at a time (the caller copies then)."""
     work = work_dtype(kind)
     fstate, istate, counts = new_state(k, n_counts=len(ranges) + len(tolerances))
     mode = pass_mode(k, needed)
@@ -203,9 +209,11 @@ def compiled_totals(k: ModuleType, flat: np.ndarray, kind: str, prev_flat: np.nd
     else:
         x = None
     if x is not None:
-        k.accumulate(x, int_view(x), prev, mode, paired, range_bounds(ranges, work), tol, fstate,
-                     istate, counts)
-        return totals(k, fstate, istate, counts, len(ranges))
+        fused = (keep_into is not None and keep_into.dtype == x.dtype and kind in ("f4", "f8")
+                 and keep_into is native(keep_into))
+        k.accumulate(x, int_view(x), prev, mode, paired, range_bounds(ranges, work), tol, fstate, istate, counts,
+                     keep_into if fused else _NOWHERE[x.dtype])
+        return totals(k, fstate, istate, counts, len(ranges)), fused
     if paired and work_dtype(prev_kind) != work:
         work = np.dtype(np.float64)  # both sides in float64, as the C++ compared them
     bounds = range_bounds(ranges, work)
@@ -214,8 +222,8 @@ def compiled_totals(k: ModuleType, flat: np.ndarray, kind: str, prev_flat: np.nd
     for c in x_chunks:
         c = np.asarray(c, work)
         p = np.asarray(next(p_chunks), work) if p_chunks is not None else c[:0]
-        k.accumulate(c, int_view(c), p, mode, paired, bounds, tol, fstate, istate, counts)
-    return totals(k, fstate, istate, counts, len(ranges))
+        k.accumulate(c, int_view(c), p, mode, paired, bounds, tol, fstate, istate, counts, _NOWHERE[work])
+    return totals(k, fstate, istate, counts, len(ranges)), False
 
 
 def _as_work(flat: np.ndarray, kind: str, work: np.dtype) -> np.ndarray:

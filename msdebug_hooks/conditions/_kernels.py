@@ -291,7 +291,7 @@ def _pass_signature(float_type, int_type):
     return types.void(_array(float_type, readonly=True), _array(int_type, readonly=True),
                       _array(float_type, readonly=True), types.int64, types.boolean,
                       _array(float_type, 2, readonly=True), _array(types.float64, 2, readonly=True),
-                      _array(types.float64), _array(types.int64), _array(types.int64))
+                      _array(types.float64), _array(types.int64), _array(types.int64), _array(float_type))
 
 
 #: the signatures compiled (or loaded from numba's disk cache) when this module is imported
@@ -304,16 +304,19 @@ SEGMENTS_SIGNATURE = types.void(_array(types.float64, readonly=True), _array(typ
 
 
 @njit(PASS_SIGNATURES, cache=True, nogil=True, boundscheck=False)
-def accumulate(x, bits, prev, mode, with_previous, bounds, tolerances, fstate, istate, counts):
+def accumulate(x, bits, prev, mode, with_previous, bounds, tolerances, fstate, istate, counts, keep_into):
     """Add the elements of ``x`` (float32 or float64; ``bits`` its same-size integer view) to the running totals.
 
     ``prev``: the previous value's elements in x's dtype (read when ``with_previous``). ``bounds``: (R, 2) inclusive
     ranges in x's dtype; ``tolerances``: (T, 2) float64 (rtol, atol); ``counts``: R in-range then T close counts.
     Totals go to ``fstate`` / ``istate`` (slots ``F_*`` / ``I_*``), so a tensor may be fed in several calls.
+    ``keep_into``: when it has x's size, each block of x is copied into it after the block was read (it may be
+    ``prev`` itself: a kept previous value then costs no extra read of x); pass an empty array otherwise.
     """
     n = x.shape[0]
     n_ranges = bounds.shape[0]
     full = mode == MODE_FULL
+    keep = keep_into.shape[0] == n
     for lo in range(0, n, BLOCK):
         hi = min(lo + BLOCK, n)
         k = hi - lo
@@ -383,6 +386,8 @@ def accumulate(x, bits, prev, mode, with_previous, bounds, tolerances, fstate, i
                     counts[n_ranges + t] += _block_close(xb, pb, tolerances[t, 0], tolerances[t, 1])
         for r in range(n_ranges):
             counts[r] += _block_in_range(xb, bounds[r, 0], bounds[r, 1])
+        if keep:
+            keep_into[lo:hi] = xb
         istate[I_N] += k
 
 
@@ -390,9 +395,10 @@ def accumulate(x, bits, prev, mode, with_previous, bounds, tolerances, fstate, i
 def accumulate_segments(x, bits, prev, starts, paired, mode, bounds, tolerances, fstate, istate, counts):
     """``accumulate`` for consecutive segments of one buffer: segment ``j`` is ``x[starts[j]:starts[j+1]]`` and
     adds to row ``j`` of ``fstate`` / ``istate`` / ``counts``; its previous value is read where ``paired[j]``."""
+    nowhere = np.empty(0, np.float64)
     for j in range(starts.shape[0] - 1):
         a = starts[j]
         b = starts[j + 1]
         if b > a:
             accumulate(x[a:b], bits[a:b], prev[a:b], mode, paired[j], bounds, tolerances, fstate[j], istate[j],
-                       counts[j])
+                       counts[j], nowhere)

@@ -33,11 +33,13 @@ def compute_statistics_batch(values: Sequence[Any], previous: Sequence[Any] | No
                              needed: Collection[str] = st.BASIC_STATISTICS, *,
                              ranges: Iterable[tuple[float, float]] = (),
                              allclose_tolerances: Iterable[tuple[float, float]] = (),
-                             bfloat16: bool = False) -> list[st.TensorStatistics]:
+                             bfloat16: bool = False, keep_previous: bool = False) -> list[st.TensorStatistics]:
     """``[compute_statistics(v, p, needed, ...) for v, p in zip(values, previous)]``, computed together.
 
     ``previous``: one entry per value (None where there is none), or None for no previous values at all. Raises
     ``UnsupportedDtypeError`` for a tensor of a dtype the engine does not analyse, as ``compute_statistics`` does.
+    ``keep_previous=True``: afterwards every previous entry that is not None holds its value (checked first: see
+    ``stats.kept_view``); large float32/float64 tensors are copied in the statistics pass itself.
 
     >>> [s.max for s in compute_statistics_batch([np.array([1.0, 3.0]), np.array([-2.0])], needed={"max"})]
     [3.0, -2.0]
@@ -52,6 +54,8 @@ def compute_statistics_batch(values: Sequence[Any], previous: Sequence[Any] | No
         raise ConfigError("previous", f"{len(prevs)} entries",
                           f"one entry per value ({len(values)}), None where there is no previous value")
     wants_previous = st.UPDATE_RATIO in needed or bool(tolerances)
+    keep = [st.kept_view(v, p, f"previous[{i}]") if keep_previous and p is not None else None
+            for i, (v, p) in enumerate(zip(values, prevs))]
     results: list[Any] = [None] * len(values)
     batch = _Batch()
     compiled = _engine.kernels()
@@ -59,8 +63,8 @@ def compute_statistics_batch(values: Sequence[Any], previous: Sequence[Any] | No
         flat, kind = flat_kind(value, bfloat16=bfloat16)
         n = flat.shape[0]
         if n > st.SMALL_TENSOR and compiled is None:
-            results[index] = st.compute_statistics(value, prev, needed, ranges=ranges,
-                                                   allclose_tolerances=tolerances, bfloat16=bfloat16)
+            results[index] = st.compute_statistics(value, prev, needed, ranges=ranges, allclose_tolerances=tolerances,
+                                                   bfloat16=bfloat16, keep_previous=keep[index] is not None)
             continue
         dtype_name = dtype_text(value, kind)
         prev_flat = prev_kind = None
@@ -69,15 +73,19 @@ def compute_statistics_batch(values: Sequence[Any], previous: Sequence[Any] | No
             if candidate.shape[0] == n:
                 prev_flat, prev_kind = candidate, candidate_kind
         if n > st.SMALL_TENSOR:   # what compute_statistics does, without checking the request again per tensor
-            totals = _engine.compiled_totals(compiled, flat, kind, prev_flat, prev_kind, needed, ranges, tolerances,
-                                             st.chunk_elements(kind))
+            totals, kept = _engine.compiled_totals(compiled, flat, kind, prev_flat, prev_kind, needed, ranges,
+                                                   tolerances, st.chunk_elements(kind), keep[index])
             results[index] = st._finish(totals, n, dtype_name, needed, ranges, tolerances, prev is not None,
                                         wants_previous, prev_flat is not None)
+            if keep[index] is not None and not kept:
+                np.copyto(keep[index], flat.view(keep[index].dtype))
             continue
         batch.add(index, _as_float64_source(flat, kind), dtype_name, prev is not None,
                   None if prev_flat is None else _as_float64_source(prev_flat, prev_kind))
     for index, stats in batch.finish(needed, ranges, tolerances, wants_previous):
         results[index] = stats
+        if keep[index] is not None:   # small tensors: their previous values were read into the batch buffer
+            np.copyto(keep[index], np.asarray(values[index]).reshape(-1))
     return results
 
 

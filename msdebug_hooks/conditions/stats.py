@@ -323,13 +323,16 @@ def checked_statistic_names(needed: Collection[str]) -> frozenset[str]:
 def compute_statistics(value: Any, previous: Any = None, needed: Collection[str] = BASIC_STATISTICS, *,
                        ranges: Iterable[tuple[float, float]] = (),
                        allclose_tolerances: Iterable[tuple[float, float]] = (),
-                       bfloat16: bool = False, chunk_bytes: int = CHUNK_BYTES) -> TensorStatistics:
+                       bfloat16: bool = False, chunk_bytes: int = CHUNK_BYTES,
+                       keep_previous: bool = False) -> TensorStatistics:
     """Statistics of ``value`` (any array-like of a supported dtype) in one chunked pass.
 
     ``needed``: names from ``ALL_STATISTICS`` (nan/inf counts always come). ``ranges``: (start, end) pairs for
     range percentages (use ±inf for an open side). ``allclose_tolerances``: (rtol, atol) pairs, evaluated against
     ``previous``; ``UPDATE_RATIO`` in ``needed`` also uses ``previous``. ``bfloat16=True`` reads 2-byte words as
-    bfloat16 (ml_dtypes bfloat16 arrays are recognised without it).
+    bfloat16 (ml_dtypes bfloat16 arrays are recognised without it). ``keep_previous=True``: afterwards ``previous``
+    (a writable C-contiguous array of value's dtype and size, see ``kept_view``) holds ``value``, copied in the same
+    pass where the compiled engine can, so keeping last step's values costs no extra read.
 
     >>> compute_statistics(np.array([1.0, -2.0, 0.0])).abs_mean
     1.0
@@ -340,6 +343,8 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
     flat, kind = _flat(value, bfloat16=bfloat16)
     n = flat.shape[0]
     dtype_name = dtype_text(value, kind)
+    keep = kept_view(value, previous) if keep_previous and previous is not None else None
+    value_flat = flat  # before any conversion: what ``keep`` receives
     prev_flat = prev_kind = None
     has_previous = previous is not None
     if has_previous:
@@ -354,17 +359,34 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
     chunk = chunk_elements(kind, chunk_bytes)
     compiled = _engine.kernels() if n else None
     if compiled is not None:
-        totals = _engine.compiled_totals(compiled, flat, kind, prev_flat if pair_previous else None, prev_kind,
-                                         needed, ranges, tolerances, chunk)
-        return _finish(totals, n, dtype_name, needed, ranges, tolerances, has_previous, wants_previous,
-                       pair_previous)
-    acc = _Accumulator(work, chunk if n >= chunk else max(n, 1), needed, ranges, tolerances, pair_previous)
-    if n:
-        prev_chunks = _chunks(prev_flat, prev_kind, chunk, _work_dtype(prev_kind)) if pair_previous else None
-        with np.errstate(all="ignore"), single_threaded_blas():  # NaN/Inf are data here, not accidents
-            for c in _chunks(flat, kind, chunk, work):
-                acc.add_chunk(c, next(prev_chunks) if prev_chunks is not None else None)
-    return _finish(acc, n, dtype_name, needed, ranges, tolerances, has_previous, wants_previous, pair_previous)
+        totals, kept = _engine.compiled_totals(compiled, flat, kind, prev_flat if pair_previous else None,
+                                               prev_kind, needed, ranges, tolerances, chunk, keep)
+    else:
+        totals = _Accumulator(work, chunk if n >= chunk else max(n, 1), needed, ranges, tolerances, pair_previous)
+        kept = False
+        if n:
+            prev_chunks = _chunks(prev_flat, prev_kind, chunk, _work_dtype(prev_kind)) if pair_previous else None
+            with np.errstate(all="ignore"), single_threaded_blas():  # NaN/Inf are data here, not accidents
+                for c in _chunks(flat, kind, chunk, work):
+                    totals.add_chunk(c, next(prev_chunks) if prev_chunks is not None else None)
+    if keep is not None and not kept:
+        np.copyto(keep, value_flat.view(keep.dtype))
+    return _finish(totals, n, dtype_name, needed, ranges, tolerances, has_previous, wants_previous, pair_previous)
+
+
+def kept_view(value: Any, previous: Any, field_name: str = "previous") -> np.ndarray:
+    """``previous`` as a flat view to copy ``value`` into (``keep_previous=True``): it must be a writable,
+    C-contiguous numpy array of value's dtype and element count; anything else is a ``ConfigError`` saying so."""
+    arr = np.asarray(value)
+    fits = (isinstance(previous, np.ndarray) and previous.flags.writeable and previous.flags.c_contiguous
+            and previous.dtype == arr.dtype and previous.size == arr.size)
+    if not fits:
+        from msdebug_hooks.errors import ConfigError
+        got = (f"{'read-only ' if not previous.flags.writeable else ''}{previous.dtype} array of {previous.size}"
+               if isinstance(previous, np.ndarray) else type(previous).__name__)
+        raise ConfigError(field_name, got, f"with keep_previous=True, a writable C-contiguous {arr.dtype} array of "
+                                           f"{arr.size} elements to copy the value into")
+    return previous.reshape(-1)
 
 
 def _finish(acc: Any, n: int, dtype_name: str, needed: frozenset[str], ranges, tolerances,
