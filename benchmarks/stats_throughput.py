@@ -14,7 +14,8 @@ Part 2: ``check_tensors`` over the parameters of one real training step (values 
 before as the previous values) against 5 watchpoints (overflow, too large by mean |x|, all zero, change below
 threshold by update ratio, unchanged), for LeNet-5 (10 tensors, 61 k floats) and the 25 M-parameter transformer
 (``small_transformer.py``: 228 tensors, 100 MB), compiled and numpy fallback interleaved: CPU time per step
-(``time.thread_time``, robust on a shared machine) and GB/s of the bytes read (current + previous values).
+(``time.thread_time``, robust on a shared machine) and GB/s of the bytes read (current + previous values); and for
+a monitor that keeps last step's values itself: a check followed by ``np.copyto`` against ``keep_previous=True``.
 
 Run: ``.venv/bin/python benchmarks/stats_throughput.py [--quick] [--no-networks]``. The machine is shared: compare
 the ratios of one run, not absolute numbers across runs, and note the load (``uptime``) printed at the start.
@@ -134,12 +135,25 @@ def step_check(name: str, params: list[np.ndarray], previous: list[np.ndarray], 
     with forced_engine("numpy"):
         hits_numpy = [[r.hit for r in rs] for rs in check_tensors(WEIGHT_WATCHPOINTS, params, previous)]
     assert hits_compiled == hits_numpy
+    kept = [p.copy() for p in previous]   # a monitor's own previous-step buffers (overwritten each round)
+
+    def check_then_copy():
+        results = check_tensors(WEIGHT_WATCHPOINTS, params, kept)
+        for target, value in zip(kept, params):
+            np.copyto(target, value)
+        return results
+
+    variants["compiled, then np.copyto"] = on_engine("compiled", check_then_copy)
+    variants["compiled, keep_previous"] = on_engine(
+        "compiled", lambda: check_tensors(WEIGHT_WATCHPOINTS, params, kept, keep_previous=True))
     cpu = interleaved_best(variants, rounds, time.thread_time)
     wall = interleaved_best(variants, rounds)
     for engine in variants:
-        print(f"    check_tensors, {engine:<8}: {cpu[engine] * 1e3:8.2f} ms CPU per step "
+        print(f"    check_tensors, {engine:<24}: {cpu[engine] * 1e3:8.2f} ms CPU per step "
               f"({n_bytes / cpu[engine] / 1e9:5.2f} GB/s), wall {wall[engine] * 1e3:8.2f} ms")
-    print(f"    compiled / numpy: {cpu['numpy'] / cpu['compiled']:.1f}x less CPU")
+    print(f"    compiled / numpy: {cpu['numpy'] / cpu['compiled']:.1f}x less CPU; keeping the previous values in "
+          f"the pass saves {(cpu['compiled, then np.copyto'] - cpu['compiled, keep_previous']) * 1e3:.1f} ms "
+          f"against a separate copy")
 
 
 def network_checks(quick: bool, transformer: bool) -> None:

@@ -279,6 +279,13 @@ def _block_in_range(xb, lo, hi):
     return inside
 
 
+@njit(cache=True, nogil=True, boundscheck=False)
+def _block_copy(dst, src):
+    """A plain loop (vectorised stores): numba's slice assignment first checks whether the two overlap."""
+    for i in range(src.shape[0]):
+        dst[i] = src[i]
+
+
 # --- the pass -------------------------------------------------------------------------------------------------------
 
 def _array(dtype, ndim: int = 1, readonly: bool = False):
@@ -387,7 +394,7 @@ def accumulate(x, bits, prev, mode, with_previous, bounds, tolerances, fstate, i
         for r in range(n_ranges):
             counts[r] += _block_in_range(xb, bounds[r, 0], bounds[r, 1])
         if keep:
-            keep_into[lo:hi] = xb
+            _block_copy(keep_into[lo:hi], xb)
         istate[I_N] += k
 
 
