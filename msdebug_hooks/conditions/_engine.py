@@ -89,7 +89,9 @@ def forced_engine(name: str) -> Iterator[None]:
 # --- the driver -----------------------------------------------------------------------------------------------------
 
 def pass_mode(k: ModuleType, needed: frozenset[str]) -> int:
-    """The smallest block summary that covers ``needed`` (nan/inf counts come with every mode)."""
+    """The smallest block summary that covers ``needed`` (nan/inf counts come with every mode; the update ratio
+    comes from the previous-value loop, whatever the mode)."""
+    needed = needed - {"update_ratio"}
     if needed & {"mean", "sd", "positive_count", "negative_count"}:
         return k.MODE_FULL
     if not needed:
