@@ -1,16 +1,17 @@
-"""Statistics of many small tensors at once: one float64 buffer, one numpy call per statistic for all of them.
+"""Statistics of many small tensors at once: one float64 buffer, one pass for all of them.
 
 Why: a training step hands the online debugger, ``WeightMonitor`` and the offline check dozens to hundreds of
-tensors of a few KB each. ``compute_statistics`` spends tens of microseconds of numpy call overhead per tensor
-whatever its size, so a step's cost grew with the number of tensors rather than with their bytes. Here the small
-tensors of a call are copied once into one contiguous float64 buffer and every statistic is a segment reduction
+tensors of a few KB each. ``compute_statistics`` spends microseconds of per-call overhead per tensor whatever its
+size, so a step's cost grew with the number of tensors rather than with their bytes. Here the small tensors of a
+call are copied once into one contiguous float64 buffer and walked segment by segment in one call of the compiled
+kernel (``_kernels.accumulate_segments``), or, on the numpy fallback, every statistic is a segment reduction
 (``ufunc.reduceat``) over it: the cost is about one pass over the bytes plus a constant.
 
 The results equal ``compute_statistics`` on each tensor: the same definitions (``stats`` module docstring), the
 same float64 arithmetic that ``compute_statistics`` uses for tensors of up to ``stats.SMALL_TENSOR`` elements, and
-the same final formulas (``stats._finish``). Larger tensors go through ``compute_statistics`` one by one: their
-bytes dominate, and its chunked pass keeps memory flat. Segments holding NaN or Inf (rare) are finished one by one
-with NaN-aware reductions.
+the same final formulas (``stats._finish``). Larger tensors are one kernel call each (their bytes dominate), or go
+through ``compute_statistics`` on the fallback. Segments holding NaN or Inf (rare) are finished with the exact
+rules (the kernel's careful path; on the fallback, one by one with NaN-aware reductions).
 """
 from __future__ import annotations
 
