@@ -1,17 +1,19 @@
 """The compiled statistics pass (numba): every needed statistic of a tensor in one read of memory.
 
-Only ``_engine`` imports this module, and only when statistics are first computed (numba costs ~0.3 s to import).
+Only ``_engine`` imports this module, when statistics are first computed or ``warm_up_statistics()`` runs (numba
+takes 0.5-1.5 s to import and load the cached kernels). ``docs/statistics-engine.md`` tells the design at length.
 
 Design. The tensor is walked in blocks of ``BLOCK`` elements (16 KB of float32: the block stays in L1 while every
 statistic, previous-value sum and range count takes what it needs from it). A block is first summarised by a
-branch-free loop compiled with fast-math (max/min, float32 lane sums, zero/positive counts) that LLVM vectorises to
-8-wide AVX2 code; in the same loop an integer test on the float's bits (``exponent bits all ones``, read through an
-integer view of the same buffer, which fast-math cannot fold away) counts NaN/Inf elements. A block holding NaN/Inf
-(rare), or whose float32 sums overflowed, is redone by a plain float64 scalar loop with exactly the NaN/Inf rules of
-``stats`` (NaN skipped by max/min, poisoning the sums). Block sums are combined in float64 across blocks; each block
-is summed around the running mean (and again around its own mean when that cancels), then merged as Chan et al.
-merge (count, mean, M2): ``sd`` does not lose digits to a large mean. Previous-value sums and allclose counts are
-float64 and keep IEEE compares (no fast-math except re-association of the sums), so NaN never compares close.
+branch-free loop (max/min, lane sums, zero/positive counts) that LLVM vectorises to 8-wide AVX2 code: max/min are
+fast-math ``llvm.maxnum``/``minnum`` calls, counts 32-bit integer adds, sums may be re-associated. In the same loop
+an integer test on the float's bits (``exponent bits all ones``, read through an integer view of the same buffer)
+counts NaN/Inf elements. A block holding NaN/Inf (rare), or whose float32 sums overflowed, is redone by a plain
+float64 scalar loop with exactly the NaN/Inf rules of ``stats`` (NaN skipped by max/min, poisoning the sums). The
+sums are compiled without the no-NaN/no-Inf assumptions: with them LLVM proves the overflow test true and drops it.
+Block sums are combined in float64 across blocks; each block is summed around the running mean (and again around
+its own mean when that cancels), then merged as Chan et al. merge (count, mean, M2): ``sd`` does not lose digits to
+a large mean. allclose counts are float64 with IEEE compares, so NaN never compares close.
 
 Threads: no ``parallel=True`` (a training machine's cores belong to training); ``nogil=True`` so other Python
 threads run while a pass does. Every function is module-level with ``cache=True`` so compiled code is reused from
@@ -35,8 +37,8 @@ F_MAX, F_MIN, F_SUM, F_MEAN, F_M2, F_ABS, F_DIFF, F_PREV_ABS = range(8)
 I_N, I_NAN, I_PINF, I_NINF, I_ZERO, I_POS, I_ANY = range(7)
 F_SLOTS, I_SLOTS = 8, 7
 
-_FAST = {"reassoc", "nsz", "contract"}
-_REASSOC = {"reassoc"}  # sums may be reordered (vectorised); compares keep IEEE NaN rules
+_FAST = {"reassoc", "nsz", "contract"}  # sums may be reordered (vectorised); no nnan/ninf: see the docstring
+_REASSOC = {"reassoc"}
 
 
 def _min_max_intrinsic(name: str):
