@@ -277,3 +277,16 @@ def test_keep_previous_refuses_what_it_cannot_write_before_touching_anything():
     assert not keep.any()                                  # checked first: nothing was copied
     with pytest.raises(ConfigError, match=r"float64 array of 5000.*float32"):
         st.compute_statistics(x, np.zeros(5000), keep_previous=True)
+
+
+def test_conditions_pickle_after_judging():
+    """Conditions cache how they judge (per parameter set); a used condition must still pickle and judge alike."""
+    import pickle
+
+    from msdebug_hooks.conditions import TensorRangeCondition, TensorUnchangedCondition
+    x = np.linspace(-3, 3, 101)
+    for condition in (TensorRangeCondition(range_start_inclusive=-1, range_end_inclusive=1, range_percentage_lt=50),
+                      TensorUnchangedCondition(rtol=1e-3)):
+        before = condition.check(x, x * 1.0001)
+        copy = pickle.loads(pickle.dumps(condition))
+        assert copy == condition and copy.check(x, x * 1.0001) == before

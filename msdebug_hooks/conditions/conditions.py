@@ -148,6 +148,12 @@ class Condition:
             self.__dict__["_plan"] = plan
         return plan[1], plan[2], plan[3]
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the judging plan (it holds small functions; it is rebuilt on first use)."""
+        state = self.__dict__.copy()
+        state.pop("_plan", None)
+        return state
+
     def evaluate(self, s: st.TensorStatistics) -> ConditionResult:
         """Judge precomputed statistics (``check_many`` shares one statistics pass over several conditions)."""
         entries, tol, unevaluated = self._judging_plan()
