@@ -111,7 +111,7 @@ def throughput_table(sizes: list[int], quick: bool) -> list[str]:
             b = compute_statistics(x, needed=BASIC_STATISTICS)
         assert (a.max, a.min, a.zero_count, a.positive_count) == (b.max, b.min, b.zero_count, b.positive_count)
         assert abs(a.sd - float(np.std(x.astype(np.float64), ddof=1))) < 1e-5
-        del x
+        x = None  # free it before the next size is allocated
     return verdicts
 
 
