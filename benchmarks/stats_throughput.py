@@ -1,50 +1,67 @@
-"""Throughput of the watchpoint statistics against the memory limit, and the cost of checking a LeNet step.
+"""Throughput of the watchpoint statistics against the memory limit, and the cost of checking a training step.
 
-Part 1, on 1 M, 16 M and 64 M float32 elements (standard normal), GB/s of:
-  * ``np.max``: one read pass, the memory-bandwidth limit for any statistic;
-  * ``np.copy``: one read and one write pass;
-  * naive numpy: one call per statistic for the full set (max, min, mean, abs-mean, sd, nan / +inf / -inf / zero /
-    positive / negative counts);
-  * ours: ``compute_statistics`` for the same full set, one chunked pass;
-  * the bare chunk loop: the same numpy calls per cached chunk with no bookkeeping (single-threaded BLAS, as
-    ours), i.e. the floor for a numpy kernel of this design;
-  * ours for a typical 3-watchpoint set (overflow, too large by mean |x|, all zero) through ``check_many``;
-and each as a ratio to the ``np.max`` pass (target: ours >= 0.5 at 16 M and 64 M, and >= naive at 1 M).
+Part 1, on 1 M, 16 M and 64 M float32 elements (standard normal), GB/s and ratio to one ``np.max`` pass (one read
+of the tensor: the memory-bandwidth limit for any statistic) of:
+  * compiled, full set: ``compute_statistics`` with max, min, mean, sd, abs-mean, nan / +inf / -inf / zero /
+    positive / negative counts on the compiled engine (numba);
+  * compiled, 3 watchpoints: ``check_many`` with overflow, too large by mean |x| and all zero;
+  * numpy fallback, full set and 3 watchpoints: the same on numpy's chunked pass (what runs without numba);
+  * naive numpy: one numpy call per statistic of the full set.
+Every variant runs once per round, rounds interleaved; the best round counts. Targets (issue 14): compiled full set
+>= 0.5 and compiled 3 watchpoints >= 0.6 of ``np.max`` at 16 M and 64 M.
 
-Part 2: a real MindSpore LeNet-5 takes one training step; its parameters (with their values before the step as the
-previous values) and its layer activations for a 32-image batch are checked against a 5-watchpoint set: batched
-(``check_tensors``: one numpy call per statistic for all small tensors), with ``check_many`` (one statistics pass per
-tensor) and condition by condition.
+Part 2: ``check_tensors`` over the parameters of one real training step (values after the step, with the values
+before as the previous values) against 5 watchpoints (overflow, too large by mean |x|, all zero, change below
+threshold by update ratio, unchanged), for LeNet-5 (10 tensors, 61 k floats) and the 25 M-parameter transformer
+(``small_transformer.py``: 228 tensors, 100 MB), compiled and numpy fallback interleaved: CPU time per step
+(``time.thread_time``, robust on a shared machine) and GB/s of the bytes read (current + previous values); and for
+a monitor that keeps last step's values itself: a check followed by ``np.copyto`` against ``keep_previous=True``.
 
-Run: ``.venv/bin/python benchmarks/stats_throughput.py [--quick]``. Timings are the best of several repeats; the
-machine is shared, so compare the ratios of one run rather than absolute numbers across runs.
+Run: ``.venv/bin/python benchmarks/stats_throughput.py [--quick] [--no-networks]``. The machine is shared: compare
+the ratios of one run, not absolute numbers across runs, and note the load (``uptime``) printed at the start.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from msdebug_hooks.conditions._blas import single_threaded_blas  # noqa: E402
 from msdebug_hooks.conditions import (  # noqa: E402
     BASIC_STATISTICS, TensorAllZeroCondition, TensorChangeBelowThresholdCondition, TensorOverflowCondition,
-    TensorRangeCondition, TensorTooLargeCondition, check_many, check_tensors, compute_statistics)
+    TensorTooLargeCondition, TensorUnchangedCondition, check_many, check_tensors, compute_statistics,
+    warm_up_statistics)
+from msdebug_hooks.conditions._engine import forced_engine  # noqa: E402
+
+#: a common set: NaN/Inf, too large (mean |x|), all zero -> needs the abs-mean and the zero count
+TYPICAL = [TensorOverflowCondition(), TensorTooLargeCondition(abs_mean_gt=1e3), TensorAllZeroCondition()]
+#: the per-step weight set: the typical three and the two that compare against the previous step
+WEIGHT_WATCHPOINTS = TYPICAL + [TensorChangeBelowThresholdCondition(abs_mean_update_ratio_lt=1e-4),
+                                TensorUnchangedCondition(rtol=1e-5)]
+TARGETS = {"compiled, full set": 0.5, "compiled, 3 watchpoints": 0.6}
 
 
-def best_time(fn, repeats: int) -> float:
-    fn()  # warm up (page faults, buffers)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
+def interleaved_best(variants: dict[str, Callable[[], object]], rounds: int,
+                     clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """Best time of each variant over ``rounds`` rounds, each round running every variant once (after a warm-up
+    call each), so that load changes on the shared machine hit every variant alike."""
+    for fn in variants.values():
         fn()
-        best = min(best, time.perf_counter() - start)
+    best = {name: float("inf") for name in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            start = clock()
+            fn()
+            best[name] = min(best[name], clock() - start)
     return best
 
 
@@ -55,126 +72,122 @@ def naive_full_set(x: np.ndarray) -> tuple:
             np.count_nonzero(x == 0), np.count_nonzero(x > 0), np.count_nonzero(x < 0))
 
 
-#: a common set: NaN/Inf, too large (mean |x|), all zero -> needs max/min, abs-mean and the zero count
-TYPICAL = [TensorOverflowCondition(), TensorTooLargeCondition(abs_mean_gt=1e3), TensorAllZeroCondition()]
+def on_engine(engine: str, fn: Callable[[], object]) -> Callable[[], object]:
+    def run():
+        with forced_engine(engine):
+            return fn()
+    return run
 
 
-def _single(fn, x):
-    with single_threaded_blas():
-        return fn(x)
-
-
-def chunk_floor(x: np.ndarray, chunk: int = 1 << 16) -> None:
-    """The numpy calls the full set needs per cached chunk, with no bookkeeping: the floor for any numpy kernel
-    of this design (max, min, sum, sum of squares, |x| and its sum, zero and positive counts)."""
-    ones, buf, mask = np.ones(chunk, x.dtype), np.empty(chunk, x.dtype), np.empty(chunk, np.bool_)
-    for start in range(0, x.size - chunk + 1, chunk):
-        c = x[start:start + chunk]
-        np.maximum.reduce(c), np.minimum.reduce(c), np.dot(c, ones), np.dot(c, c)
-        np.dot(np.abs(c, out=buf), ones)
-        np.count_nonzero(np.equal(c, 0, out=mask)), np.count_nonzero(np.greater(c, 0, out=mask))
-
-
-def ours_full_set(x: np.ndarray):
-    return compute_statistics(x, needed=BASIC_STATISTICS)
-
-
-def throughput_table(sizes: list[int]) -> None:
+def throughput_table(sizes: list[int], quick: bool) -> list[str]:
     print("Part 1: statistics throughput, float32, standard normal")
-    print(f"{'elements':>9} {'method':<24} {'ms':>9} {'GB/s':>7} {'x np.max':>9}")
+    print(f"{'elements':>9} {'variant':<26} {'ms':>9} {'GB/s':>7} {'x np.max':>9}")
+    verdicts = []
     for n in sizes:
         x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
-        repeats = 20 if n <= 1 << 20 else (7 if n <= 16 << 20 else 5)
-        rows = [("np.max (1 read pass)", lambda: np.max(x)),
-                ("np.copy", lambda: np.copy(x)),
-                ("naive numpy, full set", lambda: naive_full_set(x)),
-                ("bare chunk loop (floor)", lambda: _single(chunk_floor, x)),
-                ("ours, full set", lambda: ours_full_set(x)),
-                ("ours, 3 watchpoints", lambda: check_many(TYPICAL, x))]
-        times = {name: best_time(fn, repeats) for name, fn in rows}
-        base = times[rows[0][0]]
-        for name, _ in rows:
-            t = times[name]
-            print(f"{n // (1 << 20):>8}M {name:<24} {t * 1e3:9.2f} {x.nbytes / t / 1e9:7.1f} {base / t:9.2f}")
-        print(f"{'':>9} ours / naive speed-up: {times['naive numpy, full set'] / times['ours, full set']:.1f}x")
-        # sanity: the same numbers (sd to float32 accumulation accuracy)
-        s, ref = ours_full_set(x), naive_full_set(x)
-        assert s.max == ref[0] and s.min == ref[1] and s.zero_count == ref[8] and s.positive_count == ref[9]
-        assert abs(s.sd - float(np.std(x.astype(np.float64), ddof=1))) < 1e-5
-        del x
+        rounds = (12 if n <= 1 << 20 else 5) if quick else (30 if n <= 1 << 20 else 9)
+        variants = {
+            "np.max (1 read pass)": lambda: np.max(x),
+            "compiled, full set": on_engine("compiled", lambda: compute_statistics(x, needed=BASIC_STATISTICS)),
+            "compiled, 3 watchpoints": on_engine("compiled", lambda: check_many(TYPICAL, x)),
+            "numpy, full set": on_engine("numpy", lambda: compute_statistics(x, needed=BASIC_STATISTICS)),
+            "numpy, 3 watchpoints": on_engine("numpy", lambda: check_many(TYPICAL, x)),
+        }
+        if n <= 16 << 20:
+            variants["naive numpy, full set"] = lambda: naive_full_set(x)
+        times = interleaved_best(variants, rounds)
+        base = times["np.max (1 read pass)"]
+        for name, t in times.items():
+            print(f"{n // (1 << 20):>8}M {name:<26} {t * 1e3:9.2f} {x.nbytes / t / 1e9:7.1f} {base / t:9.2f}")
+        if n >= 16 << 20:
+            for name, target in TARGETS.items():
+                ratio = base / times[name]
+                verdicts.append(f"{name} at {n >> 20}M: {ratio:.2f} x np.max, target >= {target}: "
+                                f"{'met' if ratio >= target else 'MISSED'}")
+        # the engines agree (sd to float32 accumulation accuracy)
+        with forced_engine("compiled"):
+            a = compute_statistics(x, needed=BASIC_STATISTICS)
+        with forced_engine("numpy"):
+            b = compute_statistics(x, needed=BASIC_STATISTICS)
+        assert (a.max, a.min, a.zero_count, a.positive_count) == (b.max, b.min, b.zero_count, b.positive_count)
+        assert abs(a.sd - float(np.std(x.astype(np.float64), ddof=1))) < 1e-5
+        x = None  # free it before the next size is allocated
+    return verdicts
 
 
-def lenet_step_tensors():
-    """(parameters after one real step, the same parameters before it, activations of a 32-image batch)."""
+def trained_step(make_model: Callable, make_dataset: Callable) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(trainable parameters after one real training step, the same before it) as numpy arrays."""
+    model, network = make_model()
+    params = network.trainable_params()
+    before = [p.asnumpy().copy() for p in params]
+    model.train(1, make_dataset(1), dataset_sink_mode=False)
+    return [p.asnumpy().copy() for p in params], before
+
+
+def step_check(name: str, params: list[np.ndarray], previous: list[np.ndarray], rounds: int) -> None:
+    n_bytes = sum(a.nbytes for a in params) + sum(a.nbytes for a in previous)
+    print(f"  {name}: {len(params)} tensors, {sum(a.size for a in params) / 1e6:.2f} M floats; "
+          f"{n_bytes / 1e6:.1f} MB read per check (current + previous)")
+    variants = {engine: on_engine(engine, lambda: check_tensors(WEIGHT_WATCHPOINTS, params, previous))
+                for engine in ("compiled", "numpy")}
+    with forced_engine("compiled"):
+        hits_compiled = [[r.hit for r in rs] for rs in check_tensors(WEIGHT_WATCHPOINTS, params, previous)]
+    with forced_engine("numpy"):
+        hits_numpy = [[r.hit for r in rs] for rs in check_tensors(WEIGHT_WATCHPOINTS, params, previous)]
+    assert hits_compiled == hits_numpy
+    kept = [p.copy() for p in previous]   # a monitor's own previous-step buffers (overwritten each round)
+
+    def check_then_copy():
+        results = check_tensors(WEIGHT_WATCHPOINTS, params, kept)
+        for target, value in zip(kept, params):
+            np.copyto(target, value)
+        return results
+
+    variants["compiled, then np.copyto"] = on_engine("compiled", check_then_copy)
+    variants["compiled, keep_previous"] = on_engine(
+        "compiled", lambda: check_tensors(WEIGHT_WATCHPOINTS, params, kept, keep_previous=True))
+    cpu = interleaved_best(variants, rounds, time.thread_time)
+    wall = interleaved_best(variants, rounds)
+    for engine in variants:
+        print(f"    check_tensors, {engine:<24}: {cpu[engine] * 1e3:8.2f} ms CPU per step "
+              f"({n_bytes / cpu[engine] / 1e9:5.2f} GB/s), wall {wall[engine] * 1e3:8.2f} ms")
+    print(f"    compiled / numpy: {cpu['numpy'] / cpu['compiled']:.1f}x less CPU; keeping the previous values in "
+          f"the pass saves {(cpu['compiled, then np.copyto'] - cpu['compiled, keep_previous']) * 1e3:.1f} ms "
+          f"against a separate copy")
+
+
+def network_checks(quick: bool, transformer: bool) -> None:
     import mindspore as ms
-    from lenet import make_dataset, make_model, synthetic_batches
+    from lenet import make_dataset, make_model
 
-    model, network = make_model(0.01)
-    before = {p.name: p.asnumpy().copy() for p in network.get_parameters()}
-    model.train(1, make_dataset(num_batches=1), dataset_sink_mode=False)
-    after = {p.name: p.asnumpy().copy() for p in network.get_parameters()}
-    images, _ = next(synthetic_batches(1))
-    x = ms.Tensor(images)
-    acts = []
-    for stage in ("conv1", "relu", "max_pool2d", "conv2", "relu", "max_pool2d", "flatten", "fc1", "relu", "fc2",
-                  "relu", "fc3"):
-        x = getattr(network, stage)(x)
-        acts.append(x.asnumpy())
-    names = [n for n in after if not n.startswith(("moments", "learning_rate", "momentum", "global_step"))]
-    return [after[n] for n in names], [before[n] for n in names], acts
-
-
-def lenet_check(repeats: int) -> None:
-    print("\nPart 2: a 5-watchpoint set over one LeNet-5 step (real MindSpore parameters and activations)")
-    params, prev, acts = lenet_step_tensors()
-    weight_wps = [TensorOverflowCondition(), TensorTooLargeCondition(abs_mean_gt=1e3), TensorAllZeroCondition(),
-                  TensorChangeBelowThresholdCondition(abs_mean_update_ratio_lt=1e-4),
-                  TensorRangeCondition(range_start_inclusive=-1.0, range_end_inclusive=1.0, range_percentage_lt=50)]
-    act_wps = weight_wps[:3] + [TensorTooLargeCondition(max_gt=1e4), weight_wps[4]]
-    n_elem = sum(a.size for a in params) + sum(a.size for a in acts)
-    print(f"  {len(params)} parameters + {len(acts)} activations, {n_elem} elements, "
-          f"{n_elem * 4 / 1e6:.2f} MB")
-
-    def shared():
-        hits = 0
-        for cur, old in zip(params, prev):
-            hits += sum(r.hit for r in check_many(weight_wps, cur, old))
-        for a in acts:
-            hits += sum(r.hit for r in check_many(act_wps, a))
-        return hits
-
-    def one_by_one():
-        hits = 0
-        for cur, old in zip(params, prev):
-            hits += sum(c.check(cur, old).hit for c in weight_wps)
-        for a in acts:
-            hits += sum(c.check(a).hit for c in act_wps)
-        return hits
-
-    def batched():
-        hits = sum(r.hit for rs in check_tensors(weight_wps, params, prev) for r in rs)
-        return hits + sum(r.hit for rs in check_tensors(act_wps, acts) for r in rs)
-
-    assert shared() == one_by_one() == batched()
-    t_shared, t_single = best_time(shared, repeats), best_time(one_by_one, repeats)
-    t_batched = best_time(batched, repeats)
-    checks = 5 * (len(params) + len(acts))
-    print(f"  check_tensors (batched statistics): {t_batched * 1e3:7.2f} ms per step "
-          f"({t_batched / checks * 1e6:.1f} us per tensor-watchpoint; {t_shared / t_batched:.1f}x check_many)")
-    print(f"  check_many (one pass per tensor):   {t_shared * 1e3:7.2f} ms per step "
-          f"({t_shared / checks * 1e6:.1f} us per tensor-watchpoint), hits: {shared()}")
-    print(f"  condition by condition:             {t_single * 1e3:7.2f} ms per step "
-          f"(check_many is {t_single / t_shared:.1f}x faster)")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    print("\nPart 2: check_tensors per training step, 5 watchpoints on every trainable parameter "
+          "(overflow, too large, all zero, change below threshold, unchanged)")
+    params, previous = trained_step(lambda: make_model(0.01), lambda n: make_dataset(num_batches=n))
+    step_check("LeNet-5", params, previous, 20 if quick else 60)
+    if transformer:
+        from small_transformer import make_transformer_dataset, make_transformer_model
+        params, previous = trained_step(make_transformer_model, make_transformer_dataset)
+        step_check("25 M-parameter transformer", params, previous, 3 if quick else 7)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 M and 16 M only, fewer repeats")
-    parser.add_argument("--no-lenet", action="store_true", help="skip part 2 (needs MindSpore)")
+    parser.add_argument("--quick", action="store_true", help="1 M and 16 M only, fewer rounds")
+    parser.add_argument("--no-networks", "--no-lenet", action="store_true", help="skip part 2 (needs MindSpore)")
+    parser.add_argument("--no-transformer", action="store_true", help="part 2 with LeNet only")
     args = parser.parse_args()
-    throughput_table([1 << 20, 16 << 20] if args.quick else [1 << 20, 16 << 20, 64 << 20])
-    if not args.no_lenet:
-        lenet_check(5 if args.quick else 20)
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
+          f"(1/5/15 min) on {os.cpu_count()} CPUs")
+    start = time.perf_counter()
+    engine = warm_up_statistics()
+    print(f"statistics engine: {engine} (warm-up {time.perf_counter() - start:.2f} s)")
+    verdicts = throughput_table([1 << 20, 16 << 20] if args.quick else [1 << 20, 16 << 20, 64 << 20], args.quick)
+    print("\nTargets:")
+    for line in verdicts:
+        print("  " + line)
+    if not args.no_networks:
+        network_checks(args.quick, not args.no_transformer)
     return 0
 
 

@@ -24,7 +24,7 @@ _EXPORTS = {
     "LogConfig": "msdebug_hooks.config.log",
     "ConfigWarning": "msdebug_hooks.config._common",
     "RDRNotSupportedWarning": "msdebug_hooks.config.rdr",
-    # watchpoint engine (numpy only)
+    # watchpoint engine (numpy; numba's compiled kernels loaded on first use or by warm_up_statistics)
     "TensorStatistics": "msdebug_hooks.conditions",
     "ConditionResult": "msdebug_hooks.conditions",
     "ParamResult": "msdebug_hooks.conditions",
@@ -41,6 +41,7 @@ _EXPORTS = {
     "OperatorOverflowCondition": "msdebug_hooks.conditions",
     "check_many": "msdebug_hooks.conditions",
     "compute_statistics": "msdebug_hooks.conditions",
+    "warm_up_statistics": "msdebug_hooks.conditions",
     # offline dump analysis (numpy only)
     "DumpAnalyzer": "msdebug_hooks.dump.analyzer",
     "Watchpoint": "msdebug_hooks.dump.analyzer",

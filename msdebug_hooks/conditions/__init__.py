@@ -1,4 +1,4 @@
-"""Watchpoint engine (numpy only): tensor statistics and the conditions MindSpore's debugger evaluated.
+"""Watchpoint engine: tensor statistics and the conditions MindSpore's debugger evaluated.
 
 ``check(value, previous=None)`` on any condition, or ``check_many(conditions, value, previous)`` to share one
 statistics pass, is the entry point the online debugger, the offline ``DumpAnalyzer`` and callbacks all use::
@@ -7,9 +7,15 @@ statistics pass, is the entry point the online debugger, the offline ``DumpAnaly
     results = check_many([TensorTooLargeCondition(abs_mean_gt=1e3), TensorOverflowCondition()], array)
     [r.hit for r in results]
 
-Modules: ``stats`` (chunked one-pass statistics), ``params`` (parameter rules), ``conditions`` (one class per
-condition), ``engine`` (``check_many``: one statistics pass shared by several conditions), ``protocol`` (proto ids,
-UI ids, ``name:param=value`` text), ``_blas`` (keeps numpy's BLAS on the calling thread).
+Statistics run on compiled single-pass kernels (numba) when numba is installed (a core dependency), else on numpy's
+chunked pass; call ``warm_up_statistics()`` when a debugger or monitor attaches so that the kernels are loaded (or
+compiled, the first time on a machine) before the first training step needs them.
+
+Modules: ``stats`` (statistics of one tensor, definitions, numpy's chunked pass), ``batch`` (many small tensors
+in one call), ``_engine`` (which engine runs; warm-up), ``_kernels`` (the compiled pass), ``params`` (parameter
+rules), ``conditions`` (one class per condition), ``engine`` (``check_many``: one statistics pass shared by
+several conditions), ``protocol`` (proto ids, UI ids, ``name:param=value`` text), ``_blas`` (keeps numpy's BLAS on
+the calling thread).
 """
 from __future__ import annotations
 
@@ -18,6 +24,9 @@ from msdebug_hooks.conditions.conditions import (
     OperatorOverflowCondition, ParamResult, TensorAllZeroCondition, TensorChangeAboveThresholdCondition,
     TensorChangeBelowThresholdCondition, TensorInitializationCondition, TensorOverflowCondition,
     TensorRangeCondition, TensorTooLargeCondition, TensorTooSmallCondition, TensorUnchangedCondition, error_list)
+from msdebug_hooks.conditions._engine import engine_name as statistics_engine
+from msdebug_hooks.conditions._engine import warm_up_statistics
+from msdebug_hooks.conditions.batch import compute_statistics_batch
 from msdebug_hooks.conditions.engine import check_many, check_tensors, statistics_plan
 from msdebug_hooks.conditions.params import ParamSpec
 from msdebug_hooks.conditions.protocol import (
@@ -34,6 +43,6 @@ __all__ = [
     "TensorInitializationCondition", "TensorOverflowCondition", "TensorRangeCondition", "TensorStatistics",
     "TensorTooLargeCondition", "TensorTooSmallCondition", "TensorUnchangedCondition", "UI_CONDITIONS",
     "UiCondition", "UnsupportedDtypeError", "bfloat16_to_float32", "check_many", "check_tensors",
-    "compute_statistics", "condition_class", "error_list", "from_protocol", "from_ui", "parse_condition",
-    "should_evaluate", "statistics_plan",
+    "compute_statistics", "compute_statistics_batch", "condition_class", "error_list", "from_protocol", "from_ui",
+    "parse_condition", "should_evaluate", "statistics_engine", "statistics_plan", "warm_up_statistics",
 ]

@@ -1,16 +1,17 @@
-"""Statistics of many small tensors at once: one float64 buffer, one numpy call per statistic for all of them.
+"""Statistics of many small tensors at once: one float64 buffer, one pass for all of them.
 
 Why: a training step hands the online debugger, ``WeightMonitor`` and the offline check dozens to hundreds of
-tensors of a few KB each. ``compute_statistics`` spends tens of microseconds of numpy call overhead per tensor
-whatever its size, so a step's cost grew with the number of tensors rather than with their bytes. Here the small
-tensors of a call are copied once into one contiguous float64 buffer and every statistic is a segment reduction
+tensors of a few KB each. ``compute_statistics`` spends microseconds of per-call overhead per tensor whatever its
+size, so a step's cost grew with the number of tensors rather than with their bytes. Here the small tensors of a
+call are copied once into one contiguous float64 buffer and walked segment by segment in one call of the compiled
+kernel (``_kernels.accumulate_segments``), or, on the numpy fallback, every statistic is a segment reduction
 (``ufunc.reduceat``) over it: the cost is about one pass over the bytes plus a constant.
 
 The results equal ``compute_statistics`` on each tensor: the same definitions (``stats`` module docstring), the
 same float64 arithmetic that ``compute_statistics`` uses for tensors of up to ``stats.SMALL_TENSOR`` elements, and
-the same final formulas (``stats._finish``). Larger tensors go through ``compute_statistics`` one by one: their
-bytes dominate, and its chunked pass keeps memory flat. Segments holding NaN or Inf (rare) are finished one by one
-with NaN-aware reductions.
+the same final formulas (``stats._finish``). Larger tensors are one kernel call each (their bytes dominate), or go
+through ``compute_statistics`` on the fallback. Segments holding NaN or Inf (rare) are finished with the exact
+rules (the kernel's careful path; on the fallback, one by one with NaN-aware reductions).
 """
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from typing import Any, Collection, Iterable, Sequence
 
 import numpy as np
 
+from msdebug_hooks.conditions import _engine
 from msdebug_hooks.conditions import stats as st
+from msdebug_hooks.conditions._dtypes import bfloat16_to_float32, dtype_text, flat_kind
 
 
 #: float64 elements per group: 256 KB per temporary, half of one core's L2 (``stats.CHUNK_BYTES``)
@@ -31,11 +34,13 @@ def compute_statistics_batch(values: Sequence[Any], previous: Sequence[Any] | No
                              needed: Collection[str] = st.BASIC_STATISTICS, *,
                              ranges: Iterable[tuple[float, float]] = (),
                              allclose_tolerances: Iterable[tuple[float, float]] = (),
-                             bfloat16: bool = False) -> list[st.TensorStatistics]:
+                             bfloat16: bool = False, keep_previous: bool = False) -> list[st.TensorStatistics]:
     """``[compute_statistics(v, p, needed, ...) for v, p in zip(values, previous)]``, computed together.
 
     ``previous``: one entry per value (None where there is none), or None for no previous values at all. Raises
     ``UnsupportedDtypeError`` for a tensor of a dtype the engine does not analyse, as ``compute_statistics`` does.
+    ``keep_previous=True``: afterwards every previous entry that is not None holds its value (checked first: see
+    ``stats.kept_view``); large float32/float64 tensors are copied in the statistics pass itself.
 
     >>> [s.max for s in compute_statistics_batch([np.array([1.0, 3.0]), np.array([-2.0])], needed={"max"})]
     [3.0, -2.0]
@@ -50,30 +55,44 @@ def compute_statistics_batch(values: Sequence[Any], previous: Sequence[Any] | No
         raise ConfigError("previous", f"{len(prevs)} entries",
                           f"one entry per value ({len(values)}), None where there is no previous value")
     wants_previous = st.UPDATE_RATIO in needed or bool(tolerances)
+    keep = [st.kept_view(v, p, f"previous[{i}]") if keep_previous and p is not None else None
+            for i, (v, p) in enumerate(zip(values, prevs))]
     results: list[Any] = [None] * len(values)
     batch = _Batch()
+    compiled = _engine.kernels()
     for index, (value, prev) in enumerate(zip(values, prevs)):
-        flat, kind = st._flat(value, bfloat16=bfloat16)
+        flat, kind = flat_kind(value, bfloat16=bfloat16)
         n = flat.shape[0]
-        if n > st.SMALL_TENSOR:
-            results[index] = st.compute_statistics(value, prev, needed, ranges=ranges,
-                                                   allclose_tolerances=tolerances, bfloat16=bfloat16)
+        if n > st.SMALL_TENSOR and compiled is None:
+            results[index] = st.compute_statistics(value, prev, needed, ranges=ranges, allclose_tolerances=tolerances,
+                                                   bfloat16=bfloat16, keep_previous=keep[index] is not None)
             continue
-        dtype_name = "bfloat16" if kind == "bf16" else str(np.asarray(value).dtype)
-        prev_flat = None
+        dtype_name = dtype_text(value, kind)
+        prev_flat = prev_kind = None
         if prev is not None and wants_previous:
-            candidate, prev_kind = st._flat(prev, bfloat16=bfloat16)
+            candidate, candidate_kind = flat_kind(prev, bfloat16=bfloat16)
             if candidate.shape[0] == n:
-                prev_flat = _as_float64_source(candidate, prev_kind)
-        batch.add(index, _as_float64_source(flat, kind), dtype_name, prev is not None, prev_flat)
+                prev_flat, prev_kind = candidate, candidate_kind
+        if n > st.SMALL_TENSOR:   # what compute_statistics does, without checking the request again per tensor
+            totals, kept = _engine.compiled_totals(compiled, flat, kind, prev_flat, prev_kind, needed, ranges,
+                                                   tolerances, st.chunk_elements(kind), keep[index])
+            results[index] = st._finish(totals, n, dtype_name, needed, ranges, tolerances, prev is not None,
+                                        wants_previous, prev_flat is not None)
+            if keep[index] is not None and not kept:
+                np.copyto(keep[index], flat.view(keep[index].dtype))
+            continue
+        batch.add(index, _as_float64_source(flat, kind), dtype_name, prev is not None,
+                  None if prev_flat is None else _as_float64_source(prev_flat, prev_kind))
     for index, stats in batch.finish(needed, ranges, tolerances, wants_previous):
         results[index] = stats
+        if keep[index] is not None:   # small tensors: their previous values were read into the batch buffer
+            np.copyto(keep[index], np.asarray(values[index]).reshape(-1))
     return results
 
 
 def _as_float64_source(flat: np.ndarray, kind: str) -> np.ndarray:
     """A flat array that converts to float64 exactly as the single-tensor path converts it."""
-    return st.bfloat16_to_float32(flat) if kind == "bf16" else flat
+    return bfloat16_to_float32(flat) if kind == "bf16" else flat
 
 
 class _Batch:
@@ -129,6 +148,9 @@ def _segment_totals(parts: list[np.ndarray], counts: np.ndarray, needed: frozens
                     prev_parts: list[np.ndarray | None]) -> list[SimpleNamespace]:
     """Per segment, the running totals ``stats._finish`` reads (the fields of ``stats._Accumulator``)."""
     m = len(parts)
+    compiled = _engine.kernels()
+    if compiled is not None:
+        return _compiled_segment_totals(compiled, parts, counts, needed, ranges, tolerances, prev_parts)
     totals = [_empty_totals(len(ranges), len(tolerances)) for _ in range(m)]
     live = np.flatnonzero(counts)               # reduceat cannot express an empty segment: they keep the zeros
     if live.size == 0:
@@ -178,6 +200,28 @@ def _segment_totals(parts: list[np.ndarray], counts: np.ndarray, needed: frozens
         if special[j]:
             _finish_special_segment(t, buf[starts[j]:starts[j] + seg_counts[j]], need_extremes)
     return totals
+
+
+def _compiled_segment_totals(k: Any, parts: list[np.ndarray], counts: np.ndarray, needed: frozenset[str],
+                             ranges: tuple[tuple[float, float], ...], tolerances: tuple[tuple[float, float], ...],
+                             prev_parts: list[np.ndarray | None]) -> list[SimpleNamespace]:
+    """The same totals from one call of the compiled pass over the concatenated float64 buffer
+    (``_kernels.accumulate_segments``: each segment is summed exactly as ``compute_statistics`` sums it)."""
+    m = len(parts)
+    starts = np.zeros(m + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    buf = np.concatenate(parts, dtype=np.float64, casting="unsafe") if m > 1 else np.asarray(parts[0], np.float64)
+    paired = np.array([p is not None for p in prev_parts], np.bool_)
+    if paired.any():
+        pbuf = np.concatenate([p if p is not None else np.zeros(int(c)) for p, c in zip(prev_parts, counts)],
+                              dtype=np.float64, casting="unsafe")
+    else:
+        pbuf = buf[:0]
+    fstate, istate, seg_counts = _engine.new_state(k, m, len(ranges) + len(tolerances))
+    k.accumulate_segments(buf, buf.view(np.int64), pbuf, starts, paired, _engine.pass_mode(k, needed),
+                          _engine.range_bounds(ranges, np.dtype(np.float64)),
+                          _engine.tolerance_array(tolerances), fstate, istate, seg_counts)
+    return _engine.totals_rows(k, fstate, istate, seg_counts, len(ranges))
 
 
 def _empty_totals(n_ranges: int, n_tolerances: int) -> SimpleNamespace:

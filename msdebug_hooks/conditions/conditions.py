@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from operator import attrgetter
+from typing import Any, Callable, ClassVar
 
 from msdebug_hooks.conditions import stats as st
 from msdebug_hooks.conditions.error_codes import ERROR_INF, ERROR_NAN, ERROR_NO_PREVIOUS, error_list
@@ -114,51 +115,68 @@ class Condition:
                 need.add(st.UPDATE_RATIO)
         return need
 
-    def _statistic(self, spec: ParamSpec, s: st.TensorStatistics) -> float:
-        """MindSpore ``StatLookup``: the value a parameter compares, NaN for 'not evaluated'."""
+    def _statistic_reader(self, spec: ParamSpec) -> Callable[[st.TensorStatistics], Any]:
+        """MindSpore ``StatLookup``: reads the value a parameter compares from the statistics (None: not
+        evaluated)."""
         stat = spec.statistic
-        value: float | None
         if stat == "max_min":
-            value = s.max_min
-        elif stat == "zero_percentage":
-            value = s.zero_percentage
-        elif stat == "abs_mean_update_ratio":
-            value = s.update_ratio if s.has_previous else None
-        elif stat == "range_percentage":
+            return lambda s: s.max_min
+        if stat == "zero_percentage":
+            return lambda s: s.zero_percentage
+        if stat == "abs_mean_update_ratio":
+            return lambda s: s.update_ratio if s.has_previous else None
+        if stat == "range_percentage":
             rng = self.range_bounds()
-            value = s.range_percentages.get(rng) if rng is not None else None
-        elif stat in ("max", "min", "mean", "sd", "abs_mean"):
-            value = getattr(s, stat)
-        else:  # rtol, atol, equal_nan, epsilon, range_* bounds
-            value = None
-        return math.nan if value is None else float(value)
+            return lambda s: s.range_percentages.get(rng) if rng is not None else None
+        if stat in ("max", "min", "mean", "sd", "abs_mean"):
+            return attrgetter(stat)
+        return lambda s: None  # rtol, atol, equal_nan, epsilon, range_* bounds
+
+    def _judging_plan(self) -> tuple[tuple[tuple[str, Any, Any, Any, ParamResult], ...],
+                                     tuple[float, float] | None, tuple[ParamResult, ...]]:
+        """((name, value, comparison, statistic reader, its not-evaluated result) per given parameter in protocol
+        order, allclose tolerance, every parameter not evaluated), worked out once per parameter set: ``evaluate``
+        runs per tensor and per step, where parsing names and building the same results each time showed."""
+        key = tuple(self.params.items())
+        plan = self.__dict__.get("_plan")
+        if plan is None or plan[0] != key:
+            entries = tuple((spec.name, self.params[spec.name], OPERATORS[spec.operator] if spec.operator else None,
+                             self._statistic_reader(spec), ParamResult(spec.name, self.params[spec.name], False, None))
+                            for spec in self.param_specs if spec.name in self.params)
+            unevaluated = tuple(ParamResult(n, v, False, None) for n, v in self.params.items())
+            plan = (key, entries, self.allclose_tolerance(), unevaluated)
+            self.__dict__["_plan"] = plan
+        return plan[1], plan[2], plan[3]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the judging plan (it holds small functions; it is rebuilt on first use)."""
+        state = self.__dict__.copy()
+        state.pop("_plan", None)
+        return state
 
     def evaluate(self, s: st.TensorStatistics) -> ConditionResult:
         """Judge precomputed statistics (``check_many`` shares one statistics pass over several conditions)."""
-        unevaluated = tuple(ParamResult(n, v, False, None) for n, v in self.params.items())
+        entries, tol, unevaluated = self._judging_plan()
         if s.count == 0:
             return ConditionResult(False, 0, unevaluated, note="tensor has no elements: not analysed")
-        error = (ERROR_NAN if s.nan_count else 0) | (ERROR_INF if s.inf_count else 0)
+        error = (ERROR_NAN if s.nan_count else 0) | (ERROR_INF if s.pos_inf_count or s.neg_inf_count else 0)
         hit = False
         if self.needs_previous and not s.has_previous:
             error |= ERROR_NO_PREVIOUS
         if error:
             return ConditionResult(False, error, unevaluated)
-        tol = self.allclose_tolerance()
         if tol is not None:
             hit = bool(s.allclose.get(tol, False))
         results = []
-        for spec in self.param_specs:
-            if spec.name not in self.params:
+        for name, value, compare, read, not_evaluated in entries:
+            stat = read(s) if compare is not None else None
+            if stat is None or stat != stat:  # None or NaN: not evaluated
+                results.append(not_evaluated)
                 continue
-            value = self.params[spec.name]
-            stat = self._statistic(spec, s)
-            if math.isnan(stat) or spec.operator is None:
-                results.append(ParamResult(spec.name, value, False, None))
-                continue
-            param_hit = bool(OPERATORS[spec.operator](stat, value))
+            stat = float(stat)
+            param_hit = bool(compare(stat, value))
             hit = hit or param_hit
-            results.append(ParamResult(spec.name, value, param_hit, stat))
+            results.append(ParamResult(name, value, param_hit, stat))
         return ConditionResult(hit, 0, tuple(results))
 
     def check(self, value: Any, previous: Any = None) -> ConditionResult:

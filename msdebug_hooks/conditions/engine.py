@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+import numpy as np
+
 from msdebug_hooks.conditions import stats as st
 from msdebug_hooks.conditions.batch import compute_statistics_batch
 from msdebug_hooks.conditions.conditions import Condition, ConditionResult, OperatorOverflowCondition, ParamResult
@@ -62,27 +64,42 @@ def check_many(conditions: Sequence[Condition], value: Any, previous: Any = None
     return results
 
 
-def check_tensors(conditions: Sequence[Condition], tensors: Iterable[Any],
-                  previous: Iterable[Any] | None = None) -> list[list[ConditionResult]]:
+def check_tensors(conditions: Sequence[Condition], tensors: Iterable[Any], previous: Iterable[Any] | None = None, *,
+                  keep_previous: bool = False) -> list[list[ConditionResult]]:
     """``check_many`` over many tensors (e.g. a step's parameters): one result list per tensor, in order.
 
-    The statistics of all tensors are computed together (``batch.compute_statistics_batch``: one numpy call per
-    statistic for every small tensor), which is what makes a step of many small tensors cheap.
+    The statistics of all tensors are computed together (``batch.compute_statistics_batch``: one kernel call for
+    all small tensors), which is what makes a step of many small tensors cheap. ``keep_previous=True``: afterwards
+    each previous entry that is not None holds its tensor's current values (a writable C-contiguous array of the
+    tensor's dtype and size, else ``ConfigError`` before anything is checked), copied during the check itself where
+    possible: a caller keeping last step's values then pays no separate copy pass.
     """
     values = list(tensors)
     prevs = list(previous) if previous is not None else [None] * len(values)
     active = [c for c in conditions if not isinstance(c, OperatorOverflowCondition)]
     if not active or any(not isinstance(c, Condition) for c in conditions):
-        return [check_many(conditions, v, p) for v, p in zip(values, prevs)]   # check_many names a bad condition
+        return _one_by_one(conditions, values, prevs, keep_previous)   # check_many names a bad condition
     need, ranges, tolerances = statistics_plan(active)
     wants_previous = any(c.needs_previous for c in active)
     try:
-        all_stats = compute_statistics_batch(values, prevs if wants_previous else None, need, ranges=ranges,
-                                             allclose_tolerances=tolerances)
+        all_stats = compute_statistics_batch(values, prevs if wants_previous or keep_previous else None, need,
+                                             ranges=ranges, allclose_tolerances=tolerances,
+                                             keep_previous=keep_previous)
     except st.UnsupportedDtypeError:   # one tensor the engine does not analyse: each gets its own note
-        return [check_many(conditions, v, p) for v, p in zip(values, prevs)]
+        return _one_by_one(conditions, values, prevs, keep_previous)
     return [[c.evaluate(None) if isinstance(c, OperatorOverflowCondition) else c.evaluate(stats) for c in conditions]
             for stats in all_stats]
+
+
+def _one_by_one(conditions: Sequence[Condition], values: list, prevs: list,
+                keep_previous: bool) -> list[list[ConditionResult]]:
+    keep = [st.kept_view(v, p, f"previous[{i}]") if keep_previous and p is not None else None
+            for i, (v, p) in enumerate(zip(values, prevs))]
+    results = [check_many(conditions, v, p) for v, p in zip(values, prevs)]
+    for value, target in zip(values, keep):
+        if target is not None:
+            np.copyto(target, np.asarray(value).reshape(-1))
+    return results
 
 
 __all__ = ["check_many", "check_tensors", "statistics_plan"]

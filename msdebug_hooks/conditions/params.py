@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 from msdebug_hooks.errors import ConfigError
@@ -44,12 +45,12 @@ class ParamSpec:
     default: float | bool | None = None
     requires: tuple[str, ...] = ()  # support parameters this check parameter needs
 
-    @property
+    @cached_property  # read per tensor and step by ``Condition.evaluate``
     def statistic(self) -> str:
         """The statistic the name selects: the name up to its last ``_`` (``abs_mean_gt`` -> ``abs_mean``)."""
         return self.name.rsplit("_", 1)[0] if "_" in self.name else ""
 
-    @property
+    @cached_property
     def operator(self) -> str | None:
         suffix = self.name.rsplit("_", 1)[-1]
         return suffix if suffix in OPERATORS else None

@@ -1,8 +1,10 @@
 """Tensor statistics for watchpoints, computed the way MindSpore's debugger did, in one pass over memory.
 
-Why chunked: a statistic is memory-bound. Calling numpy once per statistic reads the whole tensor from RAM a dozen
-times; here the tensor is walked once in chunks of about 256 KB, each chunk stays in the L2 cache while every needed
-statistic is taken from it, so RAM is read once. Only the statistics the caller names are computed.
+Why one pass: a statistic is memory-bound. Calling numpy once per statistic reads the whole tensor from RAM a dozen
+times; here every needed statistic is taken from one read. Two engines do it (``_engine`` picks): compiled
+kernels (``_kernels``, numba: blocks of 4096 elements in L1, 0.6-0.8x the speed of one ``np.max`` pass for the
+full set) and, where numba is missing, numpy over chunks of about 256 KB that stay in L2 (about 10 numpy calls
+per chunk, 0.1-0.25x of ``np.max``). Only the statistics the caller names are computed.
 
 Semantics (MindSpore ``tensor_summary.cc`` ``SummarizeTensor``; every element cast to ``double``):
 
@@ -21,27 +23,27 @@ Dtypes: bool, int8-64, uint8-64, float16/32/64 (as MindSpore's ``GetSummaryPtr``
 array, or raw uint16 words with ``bfloat16=True``), read as float32. Anything else raises ``UnsupportedDtypeError``.
 
 Accuracy: tensors of up to 32K elements are summed in float64, like the C++ loop. Larger float32 tensors are summed
-in float32 per chunk by BLAS and combined in float64 across chunks (about 1e-7 relative); once a chunk shows a mean
-that is large against its spread, chunks are summed around that mean so ``sd`` does not cancel. Max, min and every
-count are exact.
-
-Speed: per 64K-element chunk the full set costs about ten numpy calls (max, min, two dots, abs + dot, two
-compare + count). Only the first reads RAM; the others run on the cached chunk, which numpy does only 2-3x faster
-than a RAM stream on this machine, so the full set runs at roughly 10-25 % of one ``np.max`` pass and 5-8x faster
-than one numpy call per statistic (``benchmarks/stats_throughput.py``). Smaller sets cost proportionally less: a
-tensor free of NaN/Inf with max > 0 > min skips every NaN/Inf pass, all-positive or all-negative chunks skip the
-zero and sign counts, and |x| is not computed when min >= 0 or max <= 0.
+in float32 per block or chunk and combined in float64 across them (about 1e-7 relative), each summed around a mean
+so that ``sd`` does not cancel. Max, min, every count, range shares and allclose are exact in both engines.
 """
 from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Collection, Iterable
 
 import numpy as np
 
+from msdebug_hooks.conditions import _engine
 from msdebug_hooks.conditions._blas import single_threaded_blas
+from msdebug_hooks.conditions._dtypes import (  # noqa: F401 (public names of this module since the start)
+    SUPPORTED_DTYPES_TEXT, UnsupportedDtypeError, bfloat16_to_float32, dtype_text)
+from msdebug_hooks.conditions._dtypes import f32_at_least as _f32_at_least
+from msdebug_hooks.conditions._dtypes import f32_at_most as _f32_at_most
+from msdebug_hooks.conditions._dtypes import flat_kind as _flat
+from msdebug_hooks.conditions._dtypes import work_chunks as _chunks
+from msdebug_hooks.conditions._dtypes import work_dtype as _work_dtype
 
 # --- names of the statistics a caller can ask for ------------------------------------------------------------------
 MAX, MIN, MEAN, SD, ABS_MEAN = "max", "min", "mean", "sd", "abs_mean"
@@ -56,20 +58,6 @@ UPDATE_RATIO_EPSILON = 1e-9
 
 CHUNK_BYTES = 256 * 1024  # half of this machine's per-core L2; every pass over a chunk after the first hits cache
 SMALL_TENSOR = 1 << 15     # up to this many elements float32 data is summed in float64 (it costs microseconds)
-
-_SUPPORTED = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-              "float16", "float32", "float64", "bfloat16")
-SUPPORTED_DTYPES_TEXT = "bool, int8-64, uint8-64, float16, float32, float64, bfloat16 (read as float32)"
-
-
-class UnsupportedDtypeError(TypeError):
-    """The tensor's dtype is one MindSpore's debugger never analysed (complex, strings, objects, ...)."""
-
-    def __init__(self, dtype: Any) -> None:
-        self.dtype = dtype
-        super().__init__(f"dtype={str(dtype)!r} is not supported for watchpoint statistics: "
-                         f"supported are {SUPPORTED_DTYPES_TEXT}")
-
 
 @dataclass(frozen=True)
 class TensorStatistics:
@@ -120,52 +108,6 @@ class TensorStatistics:
                                              "negative_count", "has_previous", "update_ratio")}
         out["zero_percentage"] = self.zero_percentage
         return out
-
-
-# --- input normalisation --------------------------------------------------------------------------------------------
-
-def bfloat16_to_float32(words: np.ndarray) -> np.ndarray:
-    """Raw bfloat16 words (uint16, or an ml_dtypes bfloat16 array) -> float32, exactly (bf16 is the high half)."""
-    raw = np.asarray(words)
-    raw = raw.view(np.uint16) if raw.dtype.itemsize == 2 else raw.astype(np.uint16)
-    return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
-def _flat(value: Any, *, bfloat16: bool = False) -> tuple[np.ndarray, str]:
-    """(C-order 1-D array, kind) where kind names the work dtype path: "f4", "f8", "bf16" or "conv4"/"conv8"."""
-    arr = np.asarray(value)
-    name = arr.dtype.name
-    if bfloat16:
-        if arr.dtype.itemsize != 2:
-            raise UnsupportedDtypeError(f"{name} marked as bfloat16 (expected 2-byte words)")
-        return np.ravel(arr, order="C").view(np.uint16), "bf16"
-    if name == "bfloat16":  # ml_dtypes
-        return np.ravel(arr, order="C").view(np.uint16), "bf16"
-    if name not in _SUPPORTED:
-        raise UnsupportedDtypeError(name)
-    flat = np.ravel(arr, order="C")
-    if name == "float32":
-        return flat, "f4"
-    if name == "float64":
-        return flat, "f8"
-    if name in ("float16", "bool", "int8", "uint8", "int16", "uint16"):
-        return flat, "conv4"  # exact in float32
-    return flat, "conv8"  # int32/64, uint32/64: double, as static_cast<double>
-
-
-def _f32_at_least(bound: float) -> np.float32:
-    """Smallest float32 >= bound, so that for float32 x: x >= result  <=>  double(x) >= bound."""
-    b = np.float32(bound)
-    if float(b) < bound:
-        b = np.nextafter(b, np.float32(np.inf))
-    return b
-
-
-def _f32_at_most(bound: float) -> np.float32:
-    b = np.float32(bound)
-    if float(b) > bound:
-        b = np.nextafter(b, np.float32(-np.inf))
-    return b
 
 
 # --- the chunk kernel -------------------------------------------------------------------------------------------------
@@ -363,31 +305,9 @@ class _Accumulator:
         self.m2 += cm2 + delta * delta * n_a * k / n
 
 
-def _work_dtype(kind: str) -> np.dtype:
-    return np.dtype(np.float64 if kind in ("f8", "conv8") else np.float32)
-
-
-def _chunks(flat: np.ndarray, kind: str, chunk: int, work: np.dtype) -> Iterable[np.ndarray]:
-    """Yield work-dtype chunks; converted kinds go through one reused buffer (exact conversion, as the C++ cast)."""
-    n = flat.shape[0]
-    if kind in ("f4", "f8"):
-        for start in range(0, n, chunk):
-            yield flat[start:start + chunk]
-        return
-    conv = np.empty(min(chunk, n), work)
-    wide = np.empty(min(chunk, n), np.uint32) if kind == "bf16" else None
-    for start in range(0, n, chunk):
-        part = flat[start:start + chunk]
-        k = part.shape[0]
-        if kind == "bf16":
-            w = wide[:k]
-            np.copyto(w, part)
-            np.left_shift(w, np.uint32(16), out=w)
-            yield w.view(np.float32)
-        else:
-            out = conv[:k]
-            np.copyto(out, part, casting="unsafe")
-            yield out
+def chunk_elements(kind: str, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """Elements per chunk of the work dtype of ``kind`` (converted dtypes are converted one chunk at a time)."""
+    return max(1024, chunk_bytes // _work_dtype(kind).itemsize)
 
 
 def checked_statistic_names(needed: Collection[str]) -> frozenset[str]:
@@ -403,13 +323,16 @@ def checked_statistic_names(needed: Collection[str]) -> frozenset[str]:
 def compute_statistics(value: Any, previous: Any = None, needed: Collection[str] = BASIC_STATISTICS, *,
                        ranges: Iterable[tuple[float, float]] = (),
                        allclose_tolerances: Iterable[tuple[float, float]] = (),
-                       bfloat16: bool = False, chunk_bytes: int = CHUNK_BYTES) -> TensorStatistics:
+                       bfloat16: bool = False, chunk_bytes: int = CHUNK_BYTES,
+                       keep_previous: bool = False) -> TensorStatistics:
     """Statistics of ``value`` (any array-like of a supported dtype) in one chunked pass.
 
     ``needed``: names from ``ALL_STATISTICS`` (nan/inf counts always come). ``ranges``: (start, end) pairs for
     range percentages (use ±inf for an open side). ``allclose_tolerances``: (rtol, atol) pairs, evaluated against
     ``previous``; ``UPDATE_RATIO`` in ``needed`` also uses ``previous``. ``bfloat16=True`` reads 2-byte words as
-    bfloat16 (ml_dtypes bfloat16 arrays are recognised without it).
+    bfloat16 (ml_dtypes bfloat16 arrays are recognised without it). ``keep_previous=True``: afterwards ``previous``
+    (a writable C-contiguous array of value's dtype and size, see ``kept_view``) holds ``value``, copied in the same
+    pass where the compiled engine can, so keeping last step's values costs no extra read.
 
     >>> compute_statistics(np.array([1.0, -2.0, 0.0])).abs_mean
     1.0
@@ -419,7 +342,9 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
     tolerances = tuple((float(r), float(a)) for r, a in allclose_tolerances)
     flat, kind = _flat(value, bfloat16=bfloat16)
     n = flat.shape[0]
-    dtype_name = "bfloat16" if kind == "bf16" else str(np.asarray(value).dtype)
+    dtype_name = dtype_text(value, kind)
+    keep = kept_view(value, previous) if keep_previous and previous is not None else None
+    value_flat = flat  # before any conversion: what ``keep`` receives
     prev_flat = prev_kind = None
     has_previous = previous is not None
     if has_previous:
@@ -431,17 +356,40 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
             flat = bfloat16_to_float32(flat)
         kind = "conv8"  # small tensors: float64 sums, agreeing with the C++ double loop to rounding
     work = _work_dtype(kind)
-    chunk = max(1024, chunk_bytes // work.itemsize)
-    acc = _Accumulator(work, chunk if n >= chunk else max(n, 1), needed, ranges, tolerances, pair_previous)
-    if n:
-        prev_chunks = _chunks(prev_flat, prev_kind, chunk, _work_dtype(prev_kind)) if pair_previous else None
-        with np.errstate(all="ignore"), single_threaded_blas():  # NaN/Inf are data here, not accidents
-            for c in _chunks(flat, kind, chunk, work):
-                acc.add_chunk(c, next(prev_chunks) if prev_chunks is not None else None)
-    return _finish(acc, n, dtype_name, needed, ranges, tolerances, has_previous, wants_previous, pair_previous)
+    chunk = chunk_elements(kind, chunk_bytes)
+    compiled = _engine.kernels() if n else None
+    if compiled is not None:
+        totals, kept = _engine.compiled_totals(compiled, flat, kind, prev_flat if pair_previous else None,
+                                               prev_kind, needed, ranges, tolerances, chunk, keep)
+    else:
+        totals = _Accumulator(work, chunk if n >= chunk else max(n, 1), needed, ranges, tolerances, pair_previous)
+        kept = False
+        if n:
+            prev_chunks = _chunks(prev_flat, prev_kind, chunk, _work_dtype(prev_kind)) if pair_previous else None
+            with np.errstate(all="ignore"), single_threaded_blas():  # NaN/Inf are data here, not accidents
+                for c in _chunks(flat, kind, chunk, work):
+                    totals.add_chunk(c, next(prev_chunks) if prev_chunks is not None else None)
+    if keep is not None and not kept:
+        np.copyto(keep, value_flat.view(keep.dtype))
+    return _finish(totals, n, dtype_name, needed, ranges, tolerances, has_previous, wants_previous, pair_previous)
 
 
-def _finish(acc: _Accumulator, n: int, dtype_name: str, needed: frozenset[str], ranges, tolerances,
+def kept_view(value: Any, previous: Any, field_name: str = "previous") -> np.ndarray:
+    """``previous`` as a flat view to copy ``value`` into (``keep_previous=True``): it must be a writable,
+    C-contiguous numpy array of value's dtype and element count; anything else is a ``ConfigError`` saying so."""
+    arr = np.asarray(value)
+    fits = (isinstance(previous, np.ndarray) and previous.flags.writeable and previous.flags.c_contiguous
+            and previous.dtype == arr.dtype and previous.size == arr.size)
+    if not fits:
+        from msdebug_hooks.errors import ConfigError
+        got = (f"{'read-only ' if not previous.flags.writeable else ''}{previous.dtype} array of {previous.size}"
+               if isinstance(previous, np.ndarray) else type(previous).__name__)
+        raise ConfigError(field_name, got, f"with keep_previous=True, a writable C-contiguous {arr.dtype} array of "
+                                           f"{arr.size} elements to copy the value into")
+    return previous.reshape(-1)
+
+
+def _finish(acc: Any, n: int, dtype_name: str, needed: frozenset[str], ranges, tolerances,
             has_previous: bool, wants_previous: bool, paired: bool) -> TensorStatistics:
     nan = math.nan
     has_numbers = n > 0 and acc.any_number
@@ -484,6 +432,20 @@ def _finish(acc: _Accumulator, n: int, dtype_name: str, needed: frozenset[str], 
     else:
         allclose = {}
     range_pct = {rng: (100.0 * acc.in_range[i] / n if n else 0.0) for i, rng in enumerate(ranges)}
-    return TensorStatistics(count=n, dtype=dtype_name, nan_count=acc.nan, pos_inf_count=acc.pinf,
-                            neg_inf_count=acc.ninf, has_previous=has_previous, range_percentages=range_pct,
-                            allclose=allclose, **values)
+    values.update(count=n, dtype=dtype_name, nan_count=acc.nan, pos_inf_count=acc.pinf, neg_inf_count=acc.ninf,
+                  has_previous=has_previous, range_percentages=range_pct, allclose=allclose)
+    return _new_statistics(values)
+
+
+_UNSET_FIELDS = {f.name: None for f in fields(TensorStatistics)}
+_UNSET_FIELDS["has_previous"] = False
+
+
+def _new_statistics(values: dict[str, Any]) -> TensorStatistics:
+    """``TensorStatistics(**values)`` for values that ``_finish`` already checked, without the frozen dataclass's
+    generated ``__init__`` (one ``object.__setattr__`` per field: 7 us per tensor, a step has hundreds). The
+    instance is the same: same fields, equality, repr, hash, and still frozen."""
+    stats = object.__new__(TensorStatistics)
+    stats.__dict__.update(_UNSET_FIELDS)
+    stats.__dict__.update(values)
+    return stats
