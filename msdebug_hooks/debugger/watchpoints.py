@@ -18,15 +18,14 @@ import numpy as np
 
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
 from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
-from msdebug_hooks.conditions import (ALL_STATISTICS, Condition, ConditionResult, check_tensors, compute_statistics,
-                                      should_evaluate)
+from msdebug_hooks.conditions import (Condition, ConditionResult, check_tensors, should_evaluate,
+                                      warm_up_statistics)
 from msdebug_hooks.conditions.protocol import from_protocol
 from msdebug_hooks.debugger.graph import DebugGraph
 from msdebug_hooks.debugger.sources import TensorSource
 
 __all__ = ["ReceivedWatchpoint", "WatchpointTable", "prepare_engine"]
 
-_WARM_DTYPES = ("float32", "float16", "float64", "int32", "int64", "bool")
 
 Entries = list[tuple["ReceivedWatchpoint", str]]   # (watchpoint, watch-node name) pairs that watch one tensor
 
@@ -193,19 +192,9 @@ class WatchpointTable:
 
 
 def prepare_engine() -> None:
-    """Have the statistics engine ready before the first training step (the session calls it when it connects).
-
-    One evaluation of every statistic, with a range, a tolerance and previous values, on tiny tensors of the usual
-    parameter dtypes (batched) and on one tensor too large to batch: whatever the engine sets up on first use
-    (loading or compiling its kernels, their caches) happens while training waits at attach time, not in a step.
-    """
-    from msdebug_hooks.conditions.batch import compute_statistics_batch
-
-    small = [np.arange(-2, 6).astype(dtype) for dtype in _WARM_DTYPES]
-    options = {"needed": ALL_STATISTICS, "ranges": [(-1.0, 1.0)], "allclose_tolerances": [(1e-5, 1e-8)]}
-    compute_statistics_batch(small, small, **options)
-    large = np.linspace(-1.0, 1.0, 1 << 16, dtype=np.float32)
-    compute_statistics(large, large, **options)
+    """Have the statistics engine ready before the first training step (the session calls it when it connects):
+    compiling or loading its kernels happens while training waits at attach time, not in a step."""
+    warm_up_statistics()
 
 
 def condition_name(condition: int) -> str:
