@@ -1,30 +1,36 @@
 """A cheap first look at every weight at once, so ``WeightMonitor`` can afford to check every step.
 
-Calling the watchpoint engine once per parameter costs a fixed few tens of microseconds per call (its statistics
-plan, buffers and result objects) on top of the work itself; LeNet has 8 parameters and a 10 ms step, so checking
-every step that way costs several percent. Instead all selected parameters are copied into one flat buffer (the copy
-is needed anyway: ``asnumpy`` on CPU is a view of the live weights) and a handful of vectorised passes give, per
-parameter, max|change|, sum|change|, max|value| and sum|value|. From those the screen flags the parameters that
-*might* hit a condition, with margins so that it never misses one the engine would report; only those go to the
-engine (``check_many``), which has the final word and supplies the values reported. A healthy step calls it never.
+Calling the watchpoint engine on every parameter costs a full statistics pass per parameter and a fixed few tens of
+microseconds per call; a 25 M-parameter transformer has 228 tensors and 100 MB of weights. Instead the screen copies
+the parameters into one flat buffer (the copy is needed anyway: on CPU ``asnumpy`` is a view of the live weights,
+and the next step compares with it) and, while each cache-sized group of it is still in the CPU cache, takes what
+it needs from it. From that it flags the parameters that *might* hit a condition, with margins so that it never
+misses one the engine would report; only those go to the engine (``check_tensors``), which has the final word and
+supplies the values reported. A healthy step calls it never, and costs about one copy of the weights.
 
 The bounds, for a parameter with previous value p and current value x (n elements):
-* unchanged needs every |x-p| <= atol + rtol*|p|, so max|x-p| > atol + rtol*max|p| rules it out;
+* unchanged needs every |x-p| <= atol + rtol*|p| (the engine compares in float64). A few sampled elements that break
+  this, computed the same way in float64 with a margin, rule it out; a weight that trains breaks it almost
+  everywhere. Parameters no sample rules out get the full bound: max|x-p| > atol + rtol*max|p| rules it out.
 * change too large is mean|x-p| / (mean|p| + 1e-9) > ratio, i.e. sum|x-p| > ratio * (sum|p| + 1e-9 n);
-* NaN/Inf anywhere makes max|x| non-finite (``np.maximum`` propagates NaN).
-float32 rounding of x-p is at most 2**-24 relative and the sums are numpy's pairwise ones (error a few dozen ulps
-even for millions of elements): the margins below cover both. (``np.add.reduceat`` would sum all parameters in one
-call, but sequentially, with an error growing with n; asking it for float64 sums costs ten times more.)
+* NaN/Inf anywhere makes a BLAS dot with zeros NaN (x*0 is NaN exactly for NaN and ±Inf; nothing can overflow).
+float32 rounding of x-p is at most 2**-24 relative and the sums are numpy's pairwise ones per piece of at most 64 K
+elements, added in float64: the margins below cover both.
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
 
+from msdebug_hooks.conditions._blas import single_threaded_blas
+
 _UNCHANGED_MARGIN = 1.0 + 1e-5   # loosen "could be unchanged" by far more than float32 rounding of x-p
 _RATIO_MARGIN = 1.0 - 1e-4       # loosen "could be too large" likewise for the pairwise sums
 _EPSILON = 1e-9                  # the engine's update-ratio epsilon
+GROUP_BYTES = 256 * 1024         # half of one core's L2: a group is copied, then read again from the cache
+SAMPLES = 16                     # elements per parameter compared exactly to rule "unchanged" out
 
 
 class WeightScreen:
@@ -49,40 +55,96 @@ class WeightScreen:
         total = int(ends[-1])
         self._prev = np.empty(total, self.dtype)
         self._cur = np.empty(total, self.dtype)
-        self._work = np.empty(total, self.dtype)
-        self._load(arrays, self._prev)
-        self._prev_abs_max, self._prev_abs_sum = self._abs_stats(self._prev)
-        self._cur_abs_max = self._cur_abs_sum = None
+        group = max(1, GROUP_BYTES // self.dtype.itemsize)
+        self._groups = _groups(self._bounds, group)
+        self._zeros = np.zeros(group, self.dtype)
+        self._work = np.empty(group, self.dtype) if ratio_gt is not None else None
+        # SAMPLES flat indices per array, evenly spread from its first element (repeated for tiny arrays)
+        self._samples = self.starts[:, None] + (np.arange(SAMPLES)[None, :] * sizes[:, None]) // SAMPLES
+        self._rtol_margin, self._atol_margin = self.rtol * _UNCHANGED_MARGIN, self.atol * _UNCHANGED_MARGIN
+        self._sources_key: tuple = ()
+        self._sources: list[list[np.ndarray]] = []
+        self._cur_abs_sum = self._prev_abs_sum = self._change_sum = None
+        with single_threaded_blas(), np.errstate(invalid="ignore", over="ignore"):
+            self._load(arrays, self._prev, with_sums=False)
+        self._prev_abs_sum = self._cur_abs_sum
 
-    def _load(self, arrays: Sequence[np.ndarray], into: np.ndarray) -> None:
-        for (start, end), array in zip(self._bounds, arrays):
-            np.copyto(into[start:end], array.reshape(-1), casting="same_kind")
+    def _group_sources(self, arrays: Sequence[np.ndarray]) -> list[list[np.ndarray]]:
+        """Per group, the slices of ``arrays`` it is made of; kept while the same array objects come back (views of
+        the live weights do, step after step)."""
+        key = tuple(map(id, arrays))
+        if key != self._sources_key:
+            flats = [np.asarray(a).reshape(-1) for a in arrays]
+            self._sources = [[flats[index][lo:hi] for index, lo, hi, _, _ in pieces] for _, _, pieces in self._groups]
+            self._sources_key = key      # the slices keep the arrays alive, so their ids cannot be reused meanwhile
+        return self._sources
 
-    def _sums(self, flat: np.ndarray) -> np.ndarray:
-        return np.array([np.add.reduce(flat[start:end]) for start, end in self._bounds], np.float64)
-
-    def _abs_stats(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        absolute = np.abs(flat, out=self._work)
-        return (np.maximum.reduceat(absolute, self.starts),
-                self._sums(absolute) if self.ratio_gt is not None else None)
+    def _load(self, arrays: Sequence[np.ndarray], into: np.ndarray, *, with_sums: bool = True) -> list[int]:
+        """Copy ``arrays`` into ``into`` group by group; the arrays that may hold NaN/Inf. While a group is in the
+        cache: the NaN/Inf test and, with ``ratio_gt``, sum|x| (and sum|x-p| when ``with_sums``)."""
+        suspects: list[int] = []
+        ratio = self.ratio_gt is not None
+        abs_sum = np.zeros(len(self.sizes)) if ratio else None
+        change_sum = np.zeros(len(self.sizes)) if ratio and with_sums else None
+        zeros, finite = self._zeros, self.finite
+        for (start, end, pieces), sources in zip(self._groups, self._group_sources(arrays)):
+            group = into[start:end]
+            np.concatenate(sources, out=group, casting="same_kind")
+            if finite and not math.isfinite(np.dot(group, zeros[:end - start])):
+                suspects += [index for index, _, _, at, to in pieces if not np.isfinite(group[at:to]).all()]
+            if ratio:
+                work = self._work[:end - start]
+                _add_piece_sums(abs_sum, np.abs(group, out=work), pieces)
+                if change_sum is not None:
+                    np.subtract(group, self._prev[start:end], out=work)
+                    _add_piece_sums(change_sum, np.abs(work, out=work), pieces)
+        self._cur_abs_sum, self._change_sum = abs_sum, change_sum
+        return suspects
 
     def screen(self, arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
         """Copy ``arrays`` in as the current values; per array, a bool mask of the conditions it might hit:
         ``unchanged``, ``change_too_large`` (when ``ratio_gt``), ``nan_or_inf`` (when ``finite``)."""
-        self._load(arrays, self._cur)
-        self._cur_abs_max, self._cur_abs_sum = self._abs_stats(self._cur)
-        change = np.subtract(self._cur, self._prev, out=self._work)
-        np.abs(change, out=change)
-        with np.errstate(invalid="ignore", over="ignore"):
-            change_max = np.maximum.reduceat(change, self.starts)
-            masks = {"unchanged": change_max <= (self.atol + self.rtol * self._prev_abs_max) * _UNCHANGED_MARGIN}
-            if self.ratio_gt is not None:
-                change_sum = self._sums(change)
-                masks["change_too_large"] = \
-                    change_sum > self.ratio_gt * (self._prev_abs_sum + _EPSILON * self.sizes) * _RATIO_MARGIN
+        with single_threaded_blas():
+            if self.ratio_gt is None:     # copies and a BLAS dot: nothing here can raise a floating-point warning
+                suspects = self._load(arrays, self._cur)
+            else:
+                with np.errstate(invalid="ignore", over="ignore"):
+                    suspects = self._load(arrays, self._cur)
+        if self.finite and not suspects:  # finite values: the float64 sample arithmetic cannot overflow either
+            masks = {"unchanged": self._maybe_unchanged()}
+        else:
+            with np.errstate(invalid="ignore", over="ignore"):
+                masks = {"unchanged": self._maybe_unchanged()}
+        if self.ratio_gt is not None:
+            with np.errstate(invalid="ignore", over="ignore"):
+                masks["change_too_large"] = self._change_sum > \
+                    self.ratio_gt * (self._prev_abs_sum + _EPSILON * self.sizes) * _RATIO_MARGIN
         if self.finite:
-            masks["nan_or_inf"] = ~np.isfinite(self._cur_abs_max)
+            masks["nan_or_inf"] = finite_mask = np.zeros(len(self.sizes), bool)
+            if suspects:
+                finite_mask[suspects] = True
         return masks
+
+    def _maybe_unchanged(self) -> np.ndarray:
+        """Per array: no sampled element moved beyond (atol + rtol*|p|) * margin, in float64 (NaN never rules out),
+        and then the full bound did not rule it out either."""
+        previous = self._prev[self._samples]
+        change = np.subtract(self._cur[self._samples], previous, dtype=np.float64)
+        tolerance = np.abs(previous, dtype=np.float64)
+        tolerance *= self._rtol_margin
+        tolerance += self._atol_margin
+        moved = np.logical_or.reduce(np.greater(np.abs(change, out=change), tolerance), axis=1)
+        maybe = np.logical_not(moved, out=moved)
+        unsettled = maybe.nonzero()[0]
+        if unsettled.size:
+            with np.errstate(invalid="ignore", over="ignore"):
+                for index in unsettled.tolist():       # no sample moved: the full bound decides
+                    start, end = self._bounds[index]
+                    now, before = self._cur[start:end], self._prev[start:end]
+                    change_max = np.max(np.abs(now - before))
+                    maybe[index] = change_max <= \
+                        (self.atol + self.rtol * np.max(np.abs(before))) * _UNCHANGED_MARGIN
+        return maybe
 
     def previous(self, index: int) -> np.ndarray:
         start, end = self._bounds[index]
@@ -95,4 +157,29 @@ class WeightScreen:
     def commit(self) -> None:
         """The current values become the previous ones (buffers swap; nothing is copied)."""
         self._prev, self._cur = self._cur, self._prev
-        self._prev_abs_max, self._prev_abs_sum = self._cur_abs_max, self._cur_abs_sum
+        self._prev_abs_sum = self._cur_abs_sum
+
+
+def _groups(bounds: list[tuple[int, int]], size: int) -> list[tuple[int, int, list[tuple[int, ...]]]]:
+    """The flat buffer cut into consecutive groups of at most ``size`` elements: (start, end, pieces), a piece being
+    (array index, start, end within the array, start, end within the group) of the part of one array inside the
+    group. Large arrays span several groups."""
+    groups, pieces, group_start = [], [], 0
+    for index, (start, end) in enumerate(bounds):
+        lo = start
+        while lo < end:
+            hi = min(end, group_start + size)
+            pieces.append((index, lo - start, hi - start, lo - group_start, hi - group_start))
+            lo = hi
+            if hi - group_start == size:
+                groups.append((group_start, hi, pieces))
+                pieces, group_start = [], hi
+    if pieces:
+        groups.append((group_start, bounds[-1][1], pieces))
+    return groups
+
+
+def _add_piece_sums(totals: np.ndarray, values: np.ndarray, pieces: list[tuple[int, ...]]) -> None:
+    """Add each piece's sum of ``values`` (one group) to its array's total: numpy's pairwise sum per piece."""
+    for index, _, _, at, to in pieces:
+        totals[index] += np.add.reduce(values[at:to])

@@ -57,16 +57,21 @@ def read_header(path: Path | str) -> NpyHeader:
     path = Path(path)
     try:
         with open(path, "rb") as handle:
-            try:
-                shape, fortran, dtype = _parse_header(handle, path)
-            except (ValueError, OSError, EOFError, TypeError) as exc:
-                # numpy's literal_eval failure names a Python AST object: say what is wrong instead
-                reason = "the header dictionary is malformed" if "<ast." in str(exc) else str(exc)
-                raise DumpError(path, "a .npy file (numpy magic and header)", detail=reason) from None
-            offset = handle.tell()
-            size = os.fstat(handle.fileno()).st_size
+            return _checked_header(handle, path)
     except FileNotFoundError:
         raise DumpError(path, "an existing dump file", detail="file not found") from None
+
+
+def _checked_header(handle, path: Path) -> NpyHeader:
+    """The header of the open file ``handle`` (left positioned at the data), checked against the file's size."""
+    try:
+        shape, fortran, dtype = _parse_header(handle, path)
+    except (ValueError, OSError, EOFError, TypeError) as exc:
+        # numpy's literal_eval failure names a Python AST object: say what is wrong instead
+        reason = "the header dictionary is malformed" if "<ast." in str(exc) else str(exc)
+        raise DumpError(path, "a .npy file (numpy magic and header)", detail=reason) from None
+    offset = handle.tell()
+    size = os.fstat(handle.fileno()).st_size
     header = NpyHeader(tuple(int(n) for n in shape), np.dtype(dtype), bool(fortran), offset)
     if header.dtype.hasobject:
         raise DumpError(path, "a numeric .npy array", detail=f"object dtype {header.dtype}")
@@ -74,6 +79,28 @@ def read_header(path: Path | str) -> NpyHeader:
         raise DumpError(path, f"{offset + header.nbytes} bytes for shape {header.shape} {header.dtype}",
                         detail=f"file has {size} bytes: truncated")
     return header
+
+
+def read_array(path: Path | str, *, max_bytes: Optional[int] = None) -> tuple[NpyHeader, Optional[np.ndarray]]:
+    """Header and data of ``path`` through one open file: the whole check-a-dump path costs one ``open``, two
+    ``read`` calls and an ``fstat`` per file (``np.load`` of the same file costs more: it parses the header with
+    ``literal_eval``). The data is read into a fresh read-only array; it is ``None`` when it is larger than
+    ``max_bytes`` (when given), so the caller can refuse it without reading it. ``DumpError`` as :func:`read_header`.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            header = _checked_header(handle, path)
+            if max_bytes is not None and header.nbytes > max_bytes:
+                return header, None
+            data = np.empty(math.prod(header.shape), header.dtype)
+            if data.nbytes and handle.readinto(memoryview(data).cast("B")) != data.nbytes:
+                raise DumpError(path, f"{header.nbytes} bytes of data", detail="the file shrank while being read")
+    except FileNotFoundError:
+        raise DumpError(path, "an existing dump file", detail="file not found") from None
+    data = data.reshape(header.shape, order="F" if header.fortran_order else "C")
+    data.flags.writeable = False
+    return header, data
 
 
 MMAP_MIN_BYTES = 256 * 1024   # below this, one read() is cheaper than setting up a mapping
