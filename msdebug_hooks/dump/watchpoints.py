@@ -3,8 +3,8 @@
 Each tensor is read once however many watchpoints name it, through one open file (``npy.read_array``). Tensors under
 1 MiB, the many activations and weights of a step, are checked in batches of up to 32 MB: one call of the engine's
 ``check_tensors`` per batch (and per set of watchpoints), so a dump of thousands of small files costs about what
-reading them costs, not a fixed engine overhead per file. Larger tensors are memory-mapped and checked one at a time,
-in worker threads (numpy releases the GIL in its reductions, so threads use both cores without copying between
+reading them costs, not a fixed engine overhead per file. Larger tensors are checked one at a time, in worker
+threads (numpy releases the GIL in its reductions, so threads use both cores without copying between
 processes). Memory stays bounded whatever the dump's size: one batch, plus one large tensor per worker thread (each
 with its previous-iteration value when a change condition needs it).
 
@@ -27,7 +27,7 @@ from msdebug_hooks.dump import npy
 from msdebug_hooks.dump.nodes import DebuggerTensor
 from msdebug_hooks.errors import ConfigError, DumpError
 
-PARALLEL_MIN_BYTES = 1 << 20   # tensors from 1 MiB up are memory-mapped and checked alone, in worker threads
+PARALLEL_MIN_BYTES = 1 << 20   # tensors from 1 MiB up are checked alone, in worker threads
 BATCH_BYTES = 32 << 20         # smaller tensors are read ahead and checked together up to this many bytes
 
 
@@ -172,33 +172,42 @@ def _unreadable(exc: BaseException, count: int) -> list[Optional[ConditionResult
     return [ConditionResult(False, ERROR_UNREADABLE, (), reason) for _ in range(count)]
 
 
-def _check_one(tensor: DebuggerTensor, conditions: list, mem_limit_bytes: int,
-               error_on_no_value: bool) -> list[Optional[ConditionResult]]:
-    """The engine's result of every condition on one (large) tensor, memory-mapped (``None`` = nothing to report); a
+def _read_values(tensor: DebuggerTensor, path: Any, wants_previous: bool, mem_limit_bytes: int,
+                 largest: Optional[int]) -> tuple[Any, Any, Optional[int]]:
+    """(value, previous, error code) of a tensor to check; the value is None (and no error given) when it holds more
+    than ``largest`` bytes: then nothing was read but its header. ``DumpError`` / ``OSError`` / ``ValueError`` for a
+    file that cannot be read."""
+    _, value = npy.read_array(path, max_bytes=largest)
+    if value is None:
+        return None, None, None
+    previous = None
+    if wants_previous:
+        before = tensor.previous()
+        previous_path = before.file if before is not None else None
+        if previous_path is not None:
+            budget = mem_limit_bytes - value.nbytes if mem_limit_bytes else None
+            _, previous = npy.read_array(previous_path, max_bytes=budget)
+            if previous is None:
+                return value, None, ERROR_MEMORY_LIMIT
+    return value, previous, None
+
+
+def _check_one(tensor: DebuggerTensor, conditions: list, mem_limit_bytes: int) -> list[Optional[ConditionResult]]:
+    """The engine's result of every condition on one large tensor with a file (``None`` = nothing to report); a
     tensor that could not be read is a result with its error code (and, for an unreadable file, the reason as its
     ``note``)."""
-    from msdebug_hooks import conditions as engine
+    from msdebug_hooks.conditions import check_many
 
-    path = tensor.file
-    if path is None:
-        outcome = ConditionResult(False, ERROR_NO_VALUE, ()) if error_on_no_value else None
-        return [outcome for _ in conditions]
+    wants_previous = any(getattr(c, "needs_previous", False) for c in conditions)
     try:
-        header = npy.read_header(path)
-        previous_value = None
-        if any(getattr(c, "needs_previous", False) for c in conditions):
-            before = tensor.previous()
-            previous_path = before.file if before is not None else None
-            if previous_path is not None:
-                previous_value = npy.load(previous_path)
-        size = header.nbytes + (previous_value.nbytes if previous_value is not None else 0)
-        if mem_limit_bytes and size > mem_limit_bytes:
-            return [ConditionResult(False, ERROR_MEMORY_LIMIT, ()) for _ in conditions]
-        value = npy.load(path, header=header)
+        value, previous, error = _read_values(tensor, tensor.file, wants_previous, mem_limit_bytes,
+                                              mem_limit_bytes or None)
     except (DumpError, OSError, ValueError) as exc:   # one bad file is one record, not the end of the check
         return _unreadable(exc, len(conditions))
+    if value is None or error is not None:
+        return [ConditionResult(False, ERROR_MEMORY_LIMIT, ()) for _ in conditions]
     # one statistics pass for all
-    return [result if result.reportable else None for result in engine.check_many(conditions, value, previous_value)]
+    return [result if result.reportable else None for result in check_many(conditions, value, previous)]
 
 
 class _Batch:
@@ -227,29 +236,6 @@ class _Batch:
         return checked
 
 
-def _read_small(tensor: DebuggerTensor, path: Any, wants_previous: bool,
-                mem_limit_bytes: int) -> tuple[Any, Any, Optional[int]]:
-    """(value, previous, error code) of a tensor for the batch; value None: the tensor is large (check it alone).
-    Raises ``DumpError`` / ``OSError`` / ``ValueError`` for a file that cannot be read."""
-    _, value = npy.read_array(path, max_bytes=PARALLEL_MIN_BYTES - 1)
-    if value is None:
-        return None, None, None
-    previous = None
-    if wants_previous:
-        before = tensor.previous()
-        previous_path = before.file if before is not None else None
-        if previous_path is not None:
-            budget = mem_limit_bytes - value.nbytes if mem_limit_bytes else None
-            if budget is not None and budget < 0:
-                return value, None, ERROR_MEMORY_LIMIT
-            _, previous = npy.read_array(previous_path, max_bytes=budget)
-            if previous is None:
-                return value, None, ERROR_MEMORY_LIMIT
-    if mem_limit_bytes and value.nbytes > mem_limit_bytes:
-        return value, None, ERROR_MEMORY_LIMIT
-    return value, previous, None
-
-
 def check_watchpoints(watchpoints: Sequence[Watchpoint], order_key, *, error_on_no_value: bool = False,
                       mem_limit_mb: Optional[int] = None, workers: Optional[int] = None) -> list[WatchpointHit]:
     """Check every watchpoint; hits sorted by ``order_key(tensor)`` (iteration, then execution order)."""
@@ -265,6 +251,7 @@ def check_watchpoints(watchpoints: Sequence[Watchpoint], order_key, *, error_on_
     limit = int(mem_limit_mb) * 1024 * 1024 if mem_limit_mb else 0
     workers = workers or min(2, os.cpu_count() or 1)
     needs_previous = [getattr(w.condition, "needs_previous", False) for w in watchpoints]
+    largest_small = min(PARALLEL_MIN_BYTES - 1, limit) if limit else PARALLEL_MIN_BYTES - 1
 
     results: list[list[WatchpointHit]] = [[] for _ in tensors]
 
@@ -273,10 +260,10 @@ def check_watchpoints(watchpoints: Sequence[Watchpoint], order_key, *, error_on_
         results[position] = [WatchpointHit(tensor, watchpoints[i], outcome)
                              for i, outcome in zip(plan[tensor], outcomes) if outcome is not None]
 
-    def run_alone(position: int) -> None:     # a large tensor: memory-mapped, checked, dropped
+    def run_alone(position: int) -> None:     # a large tensor: read, checked, dropped
         tensor = tensors[position]
         indices = plan[tensor]
-        record(position, _check_one(tensor, [watchpoints[i].condition for i in indices], limit, error_on_no_value))
+        record(position, _check_one(tensor, [watchpoints[i].condition for i in indices], limit))
 
     batch = _Batch()
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="msdebug-check") if workers > 1 else None
@@ -290,7 +277,8 @@ def check_watchpoints(watchpoints: Sequence[Watchpoint], order_key, *, error_on_
                 record(position, [outcome for _ in indices])
                 continue
             try:
-                value, previous, error = _read_small(tensor, path, any(needs_previous[i] for i in indices), limit)
+                value, previous, error = _read_values(tensor, path, any(needs_previous[i] for i in indices), limit,
+                                                      largest_small)
             except (DumpError, OSError, ValueError) as exc:   # one bad file is one record, not the end of the check
                 record(position, _unreadable(exc, len(indices)))
                 continue
