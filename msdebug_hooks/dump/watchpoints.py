@@ -29,6 +29,7 @@ from msdebug_hooks.errors import ConfigError, DumpError
 
 PARALLEL_MIN_BYTES = 1 << 20   # tensors from 1 MiB up are checked alone, in worker threads
 BATCH_BYTES = 32 << 20         # smaller tensors are read ahead and checked together up to this many bytes
+READ_AHEAD = 64                # with worker threads, files are read in chunks of this many tensors, two chunks ahead
 
 
 class Watchpoint:
@@ -265,36 +266,59 @@ def check_watchpoints(watchpoints: Sequence[Watchpoint], order_key, *, error_on_
         indices = plan[tensor]
         record(position, _check_one(tensor, [watchpoints[i].condition for i in indices], limit))
 
+    def read(position: int) -> tuple[int, Any, Any, Optional[list]]:
+        """(position, value, previous, outcomes): outcomes when already decided (no file, unreadable, over the
+        memory limit); neither value nor outcomes for a large tensor, checked alone."""
+        tensor = tensors[position]
+        indices = plan[tensor]
+        path = tensor.file
+        if path is None:
+            outcome = ConditionResult(False, ERROR_NO_VALUE, ()) if error_on_no_value else None
+            return position, None, None, [outcome for _ in indices]
+        try:
+            value, previous, error = _read_values(tensor, path, any(needs_previous[i] for i in indices), limit,
+                                                  largest_small)
+        except (DumpError, OSError, ValueError) as exc:   # one bad file is one record, not the end of the check
+            return position, None, None, _unreadable(exc, len(indices))
+        if error is not None:
+            return position, None, None, [ConditionResult(False, error, ()) for _ in indices]
+        return position, value, previous, None
+
     batch = _Batch()
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="msdebug-check") if workers > 1 else None
     pending: deque = deque()   # a bounded window of large tensors in the pool keeps memory flat
+
+    def take(position: int, value: Any, previous: Any, outcomes: Optional[list]) -> None:
+        if outcomes is not None:
+            record(position, outcomes)
+        elif value is not None:
+            batch.add(tuple(plan[tensors[position]]), position, value, previous)
+            if batch.nbytes >= BATCH_BYTES:
+                for checked in batch.check(watchpoints):
+                    record(*checked)
+        elif pool is None:
+            run_alone(position)
+        else:
+            pending.append(pool.submit(run_alone, position))
+            if len(pending) >= workers * 2:
+                pending.popleft().result()
+
     try:
-        for position, tensor in enumerate(tensors):
-            indices = plan[tensor]
-            path = tensor.file
-            if path is None:
-                outcome = ConditionResult(False, ERROR_NO_VALUE, ()) if error_on_no_value else None
-                record(position, [outcome for _ in indices])
-                continue
-            try:
-                value, previous, error = _read_values(tensor, path, any(needs_previous[i] for i in indices), limit,
-                                                      largest_small)
-            except (DumpError, OSError, ValueError) as exc:   # one bad file is one record, not the end of the check
-                record(position, _unreadable(exc, len(indices)))
-                continue
-            if error is not None:
-                record(position, [ConditionResult(False, error, ()) for _ in indices])
-            elif value is not None:
-                batch.add(tuple(indices), position, value, previous)
-                if batch.nbytes >= BATCH_BYTES:
-                    for checked in batch.check(watchpoints):
-                        record(*checked)
-            elif pool is None:
-                run_alone(position)
-            else:
-                pending.append(pool.submit(run_alone, position))
-                if len(pending) >= workers * 2:
-                    pending.popleft().result()
+        if pool is None:
+            for position in range(len(tensors)):
+                take(*read(position))
+        else:
+            # a pool thread reads the next files while this one checks the batch: I/O and statistics overlap
+            reads: deque = deque()
+            for first in range(0, len(tensors), READ_AHEAD):
+                chunk = range(first, min(first + READ_AHEAD, len(tensors)))
+                reads.append(pool.submit(lambda chunk=chunk: [read(position) for position in chunk]))
+                if len(reads) > 2:
+                    for entry in reads.popleft().result():
+                        take(*entry)
+            while reads:
+                for entry in reads.popleft().result():
+                    take(*entry)
         for checked in batch.check(watchpoints):
             record(*checked)
         for future in pending:
