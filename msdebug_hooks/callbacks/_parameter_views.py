@@ -6,6 +6,10 @@ parameter's own storage, which the optimizer updates in place, so the view stays
 keeps that storage. ``Tensor._data_ptr()`` (under a microsecond) says where the storage is now: while it equals the
 view's address the view is reused; when it moved (``set_data``, a reloaded checkpoint) or is elsewhere altogether
 (GPU/Ascend memory: there ``asnumpy`` copies to the host) the value is read again with ``asnumpy``.
+
+A view needs no synchronisation: when a CPU training step's end hooks run, MindSpore has finished the step's kernels
+(checked on LeNet and the 25 M-parameter transformer: copies of the views taken first at every step end equal what
+``asnumpy`` returns right after).
 """
 from __future__ import annotations
 
