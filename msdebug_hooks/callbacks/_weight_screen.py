@@ -13,18 +13,17 @@ The bounds, for a parameter with previous value p and current value x (n element
   this, computed the same way in float64 with a margin, rule it out; a weight that trains breaks it almost
   everywhere. Parameters no sample rules out get the full bound: max|x-p| > atol + rtol*max|p| rules it out.
 * change too large is mean|x-p| / (mean|p| + 1e-9) > ratio, i.e. sum|x-p| > ratio * (sum|p| + 1e-9 n);
-* NaN/Inf anywhere makes a BLAS dot with zeros NaN (x*0 is NaN exactly for NaN and ±Inf; nothing can overflow).
+* NaN/Inf: ``isfinite`` over each group while it is in the cache (no BLAS: OpenBLAS would spread a dot over threads,
+  and switching that off around the call costs more than the test itself).
 float32 rounding of x-p is at most 2**-24 relative and the sums are numpy's pairwise ones per piece of at most 64 K
 elements, added in float64: the margins below cover both.
 """
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
 
-from msdebug_hooks.conditions._blas import single_threaded_blas
 
 _UNCHANGED_MARGIN = 1.0 + 1e-5   # loosen "could be unchanged" by far more than float32 rounding of x-p
 _RATIO_MARGIN = 1.0 - 1e-4       # loosen "could be too large" likewise for the pairwise sums
@@ -57,7 +56,7 @@ class WeightScreen:
         self._cur = np.empty(total, self.dtype)
         group = max(1, GROUP_BYTES // self.dtype.itemsize)
         self._groups = _groups(self._bounds, group)
-        self._zeros = np.zeros(group, self.dtype)
+        self._finite = np.empty(group, bool)
         self._work = np.empty(group, self.dtype) if ratio_gt is not None else None
         # SAMPLES flat indices per array, evenly spread from its first element (repeated for tiny arrays)
         self._samples = self.starts[:, None] + (np.arange(SAMPLES)[None, :] * sizes[:, None]) // SAMPLES
@@ -65,7 +64,7 @@ class WeightScreen:
         self._sources_key: tuple = ()
         self._sources: list[list[np.ndarray]] = []
         self._cur_abs_sum = self._prev_abs_sum = self._change_sum = None
-        with single_threaded_blas(), np.errstate(invalid="ignore", over="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):
             self._load(arrays, self._prev, with_sums=False)
         self._prev_abs_sum = self._cur_abs_sum
 
@@ -86,12 +85,14 @@ class WeightScreen:
         ratio = self.ratio_gt is not None
         abs_sum = np.zeros(len(self.sizes)) if ratio else None
         change_sum = np.zeros(len(self.sizes)) if ratio and with_sums else None
-        zeros, finite = self._zeros, self.finite
+        finite = self._finite if self.finite else None
         for (start, end, pieces), sources in zip(self._groups, self._group_sources(arrays)):
             group = into[start:end]
             np.concatenate(sources, out=group, casting="same_kind")
-            if finite and not math.isfinite(np.dot(group, zeros[:end - start])):
-                suspects += [index for index, _, _, at, to in pieces if not np.isfinite(group[at:to]).all()]
+            if finite is not None:
+                flags = np.isfinite(group, out=finite[:end - start])
+                if not np.logical_and.reduce(flags):
+                    suspects += [index for index, _, _, at, to in pieces if not flags[at:to].all()]
             if ratio:
                 work = self._work[:end - start]
                 _add_piece_sums(abs_sum, np.abs(group, out=work), pieces)
@@ -104,12 +105,11 @@ class WeightScreen:
     def screen(self, arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
         """Copy ``arrays`` in as the current values; per array, a bool mask of the conditions it might hit:
         ``unchanged``, ``change_too_large`` (when ``ratio_gt``), ``nan_or_inf`` (when ``finite``)."""
-        with single_threaded_blas():
-            if self.ratio_gt is None:     # copies and a BLAS dot: nothing here can raise a floating-point warning
+        if self.ratio_gt is None:         # copies and isfinite: nothing here can raise a floating-point warning
+            suspects = self._load(arrays, self._cur)
+        else:
+            with np.errstate(invalid="ignore", over="ignore"):
                 suspects = self._load(arrays, self._cur)
-            else:
-                with np.errstate(invalid="ignore", over="ignore"):
-                    suspects = self._load(arrays, self._cur)
         if self.finite and not suspects:  # finite values: the float64 sample arithmetic cannot overflow either
             masks = {"unchanged": self._maybe_unchanged()}
         else:
