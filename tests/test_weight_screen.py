@@ -129,3 +129,12 @@ def test_what_the_samples_miss_the_full_passes_find():
     weight[200_001] = np.nan
     masks = screen.screen([weight])
     assert masks["nan_or_inf"].tolist() == [True] and masks["unchanged"].tolist() == [False]
+
+
+def test_arrays_that_are_not_contiguous_are_read_afresh_every_time():
+    base = np.arange(40, dtype=np.float32).reshape(5, 8)
+    weight = base.T                                                 # a view that flattens to a copy
+    screen = WeightScreen([weight], rtol=RTOL, atol=ATOL)
+    base += 1.0
+    assert screen.screen([weight])["unchanged"].tolist() == [False]
+    np.testing.assert_array_equal(screen.current(0), weight)

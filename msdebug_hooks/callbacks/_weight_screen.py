@@ -24,7 +24,6 @@ from typing import Sequence
 
 import numpy as np
 
-
 _UNCHANGED_MARGIN = 1.0 + 1e-5   # loosen "could be unchanged" by far more than float32 rounding of x-p
 _RATIO_MARGIN = 1.0 - 1e-4       # loosen "could be too large" likewise for the pairwise sums
 _EPSILON = 1e-9                  # the engine's update-ratio epsilon
@@ -73,9 +72,12 @@ class WeightScreen:
         the live weights do, step after step)."""
         key = tuple(map(id, arrays))
         if key != self._sources_key:
-            flats = [np.asarray(a).reshape(-1) for a in arrays]
+            arrays = [np.asarray(a) for a in arrays]
+            flats = [a.reshape(-1) for a in arrays]
             self._sources = [[flats[index][lo:hi] for index, lo, hi, _, _ in pieces] for _, _, pieces in self._groups]
-            self._sources_key = key      # the slices keep the arrays alive, so their ids cannot be reused meanwhile
+            # the slices keep the arrays alive, so their ids cannot be reused meanwhile; a non-contiguous array
+            # flattens to a copy, which must be made again next time
+            self._sources_key = key if all(a.flags.c_contiguous for a in arrays) else ()
         return self._sources
 
     def _load(self, arrays: Sequence[np.ndarray], into: np.ndarray, *, with_sums: bool = True) -> list[int]:
