@@ -2,10 +2,11 @@
 
 Each tensor is read once however many watchpoints name it, through one open file (``npy.read_array``). Tensors under
 1 MiB, the many activations and weights of a step, are checked in batches of up to 32 MB: one call of the engine's
-``check_tensors`` per batch (and per set of watchpoints), so a dump of thousands of small files costs about what
-reading them costs, not a fixed engine overhead per file. Larger tensors are checked one at a time, in worker
+``check_tensors`` per batch (and per set of watchpoints) instead of one per file, so a dump of thousands of small
+files does not pay the engine's fixed cost thousands of times. Larger tensors are checked one at a time, in worker
 threads (numpy releases the GIL in its reductions, so threads use both cores without copying between
-processes). Memory stays bounded whatever the dump's size: one batch, plus one large tensor per worker thread (each
+processes). Reading the next files in a thread while a batch is checked measured no faster here, so this thread reads
+them. Memory stays bounded whatever the dump's size: one batch, plus one large tensor per worker thread (each
 with its previous-iteration value when a change condition needs it).
 
 Error codes (``conditions/error_codes.py``) follow MindInsight: 1 NaN, 2 +/-Inf, 4 no previous tensor, 8 tensor
@@ -29,7 +30,6 @@ from msdebug_hooks.errors import ConfigError, DumpError
 
 PARALLEL_MIN_BYTES = 1 << 20   # tensors from 1 MiB up are checked alone, in worker threads
 BATCH_BYTES = 32 << 20         # smaller tensors are read ahead and checked together up to this many bytes
-READ_AHEAD = 64                # with worker threads, files are read in chunks of this many tensors, two chunks ahead
 
 
 class Watchpoint:
@@ -266,23 +266,23 @@ def check_watchpoints(watchpoints: Sequence[Watchpoint], order_key, *, error_on_
         indices = plan[tensor]
         record(position, _check_one(tensor, [watchpoints[i].condition for i in indices], limit))
 
-    def read(position: int) -> tuple[int, Any, Any, Optional[list]]:
-        """(position, value, previous, outcomes): outcomes when already decided (no file, unreadable, over the
+    def read(position: int) -> tuple[Any, Any, Optional[list]]:
+        """(value, previous, outcomes): outcomes when already decided (no file, unreadable, over the
         memory limit); neither value nor outcomes for a large tensor, checked alone."""
         tensor = tensors[position]
         indices = plan[tensor]
         path = tensor.file
         if path is None:
             outcome = ConditionResult(False, ERROR_NO_VALUE, ()) if error_on_no_value else None
-            return position, None, None, [outcome for _ in indices]
+            return None, None, [outcome for _ in indices]
         try:
             value, previous, error = _read_values(tensor, path, any(needs_previous[i] for i in indices), limit,
                                                   largest_small)
         except (DumpError, OSError, ValueError) as exc:   # one bad file is one record, not the end of the check
-            return position, None, None, _unreadable(exc, len(indices))
+            return None, None, _unreadable(exc, len(indices))
         if error is not None:
-            return position, None, None, [ConditionResult(False, error, ()) for _ in indices]
-        return position, value, previous, None
+            return None, None, [ConditionResult(False, error, ()) for _ in indices]
+        return value, previous, None
 
     batch = _Batch()
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="msdebug-check") if workers > 1 else None
@@ -304,21 +304,8 @@ def check_watchpoints(watchpoints: Sequence[Watchpoint], order_key, *, error_on_
                 pending.popleft().result()
 
     try:
-        if pool is None:
-            for position in range(len(tensors)):
-                take(*read(position))
-        else:
-            # a pool thread reads the next files while this one checks the batch: I/O and statistics overlap
-            reads: deque = deque()
-            for first in range(0, len(tensors), READ_AHEAD):
-                chunk = range(first, min(first + READ_AHEAD, len(tensors)))
-                reads.append(pool.submit(lambda chunk=chunk: [read(position) for position in chunk]))
-                if len(reads) > 2:
-                    for entry in reads.popleft().result():
-                        take(*entry)
-            while reads:
-                for entry in reads.popleft().result():
-                    take(*entry)
+        for position in range(len(tensors)):
+            take(position, *read(position))
         for checked in batch.check(watchpoints):
             record(*checked)
         for future in pending:
