@@ -163,11 +163,7 @@ class WeightMonitor(AgreedStop, Callback):
 
     def _check(self, step: int, epoch: int) -> list[WeightProblem]:
         screen = self._screen
-        masks = screen.screen(self._views.arrays())   # copies the live weights into the screen's own buffer
-        flagged = masks.pop("unchanged")
-        for mask in masks.values():
-            flagged |= mask
-        suspects = flagged.nonzero()[0].tolist()
+        suspects = screen.suspects(self._views.arrays())   # copies the live weights into the screen's own buffer
         found = self._confirm(suspects, step, epoch) if suspects else []
         screen.commit()
         for problem in found:
