@@ -1,9 +1,9 @@
-"""What the training callbacks cost per step on real MindSpore CPU training of LeNet-5 (batch 32).
+"""What the training callbacks cost per step on real MindSpore CPU training: LeNet-5 and a 25 M-parameter transformer.
 
-Three variants, all measured in this one run: plain training; ``StopAtTime + StopAtStep + LossGuard`` (never firing);
-``WeightMonitor`` checking every parameter every step. Each variant has its own compiled model, warmed up first; the
-variants then train in interleaved rounds (rotating order) so drift and the other processes on the machine hit all of
-them alike. Two numbers per variant:
+Three variants per network, all measured in this one run: plain training; ``StopAtTime + StopAtStep + LossGuard``
+(never firing); ``WeightMonitor`` checking every parameter every step. Each variant has its own compiled model, warmed
+up first; the variants then train in interleaved rounds (rotating order) so drift and the other processes on the
+machine hit all of them alike. Two numbers per variant:
 
 * end-to-end: median step time (time between consecutive ``on_train_step_begin``; the first step of each
   ``train`` call is dropped), and its ratio to plain training's;
@@ -12,11 +12,16 @@ them alike. Two numbers per variant:
   step time (the least disturbed steps: the conservative choice on a shared machine). Preemption by other processes
   does not count as CPU time, so this number holds even when the machine is busy; the end-to-end ratio does not.
 
-Targets (issue 4): the three guards together <= 0.5 % of step time; WeightMonitor every step <= 3 %. On a shared
-machine the steps themselves slow down many times over while the hooks' CPU cost grows less, so the verdict is
-printed twice: against this run's own steps and against ``--reference-ms`` (a LeNet-5 step on an idle machine).
+Networks: LeNet-5, batch 32 (8 weight tensors, 61 k floats, a ~9 ms step) and ``small_transformer.py`` (228 tensors,
+25 M floats, a ~0.6 s step), where per-tensor and per-byte costs both show.
 
-Run: ``python benchmarks/callback_overhead.py [--rounds 8] [--steps 40]``.
+Targets (issue 14): the three guards together <= 0.5 % of a LeNet step; WeightMonitor every step <= 2 % of a LeNet
+step and <= 5 % of the transformer's. On a shared machine the steps themselves slow down many times over while the
+hooks' CPU cost grows less, so LeNet's verdicts are also given against ``--reference-ms`` (a LeNet-5 step on an idle
+machine).
+
+Run: ``python benchmarks/callback_overhead.py [--network lenet|transformer|both] [--rounds 6] [--steps 40]``
+(the transformer runs ``--transformer-rounds`` x ``--transformer-steps``; the default run takes about 3 minutes).
 Two ranks: ``python benchmarks/callback_overhead.py --msrun`` runs ``benchmarks/distributed_overhead.py``, a real
 ``msrun`` job measuring what agreeing the stop decisions across ranks costs per step.
 """
@@ -57,10 +62,90 @@ def _marker_class():
     return Marker
 
 
+GUARDS, MONITOR = "StopAtTime+StopAtStep+LossGuard", "WeightMonitor(every step)"
+#: (network, variant) -> the largest share of the network's step its in-hook CPU time may take
+TARGETS = {("LeNet-5", GUARDS): 0.005, ("LeNet-5", MONITOR): 0.02, ("transformer", MONITOR): 0.05}
+
+
+def _network(name: str, steps: int):
+    """(label, model factory, dataset factory) of a benchmark network."""
+    if name == "lenet":
+        return "LeNet-5", lambda: make_model(0.01)[0], lambda: make_dataset(steps, prebuilt=True)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from small_transformer import make_transformer_dataset, make_transformer_model
+
+    return "transformer", lambda: make_transformer_model()[0], lambda: make_transformer_dataset(steps)
+
+
+def measure(name: str, rounds: int, steps: int) -> tuple[str, dict, dict]:
+    """(label, step times, in-hook CPU times) per variant, from interleaved rounds of ``steps`` steps."""
+    from msdebug_hooks import LossGuard, StopAtStep, StopAtTime, WeightMonitor
+
+    label, make, data = _network(name, steps)
+    Marker = _marker_class()
+    variants = {
+        "plain": lambda: [],
+        GUARDS: lambda: [StopAtTime(10_000, unit="minutes"), StopAtStep(10 ** 9), LossGuard()],
+        MONITOR: lambda: [WeightMonitor(every_n_steps=1)],
+    }
+    models = {variant: make() for variant in variants}
+    dataset = {variant: data() for variant in variants}
+    step_times = {variant: [] for variant in variants}
+    hook_times = {variant: [] for variant in variants}
+
+    for variant, model in models.items():  # warm up: compile and first steps, not measured
+        model.train(1, dataset[variant], callbacks=variants[variant](), dataset_sink_mode=False)
+
+    order = list(variants)
+    for round_index in range(rounds):
+        for variant in order[round_index % len(order):] + order[:round_index % len(order)]:
+            outer, before, after = Marker(), Marker(), Marker()
+            callbacks = [outer, before, *variants[variant](), after]
+            models[variant].train(1, dataset[variant], callbacks=callbacks, dataset_sink_mode=False)
+            begins = outer.begin_times
+            step_times[variant] += [b - a for a, b in zip(begins[1:-1], begins[2:])]  # drop the first step
+            hook_times[variant] += [(a2 - a1) + (e2 - e1) for a1, a2, e1, e2 in
+                                    zip(before.begin_cpu[1:], after.begin_cpu[1:], before.end_cpu[1:],
+                                        after.end_cpu[1:])]
+    return label, step_times, hook_times
+
+
+def report(label: str, rounds: int, steps: int, step_times: dict, hook_times: dict,
+           reference_ms: float | None) -> None:
+    plain = statistics.median(step_times["plain"])
+    plain_p10 = statistics.quantiles(step_times["plain"], n=10)[0]
+    plain_hooks = statistics.median(hook_times["plain"])
+    print(f"\n{label}: {rounds} interleaved rounds x {steps} steps per variant ({len(step_times['plain'])} timed "
+          f"steps each); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"plain step: median {plain * 1e3:.3f} ms, 10th percentile {plain_p10 * 1e3:.3f} ms")
+    print(f"{'variant':<34} {'median step':>12} {'end-to-end':>11} {'in-hook CPU':>12} {'of p10 step':>12}")
+    shares = {}
+    for variant in step_times:
+        median = statistics.median(step_times[variant])
+        hooks = statistics.median(hook_times[variant]) - plain_hooks  # minus the empty markers' own cost
+        shares[variant] = hooks / plain_p10
+        print(f"{variant:<34} {median * 1e3:>9.3f} ms {100 * (median / plain - 1):>+10.2f}% "
+              f"{hooks * 1e6:>9.1f} us {100 * hooks / plain_p10:>11.2f}%")
+    for (network, variant), target in TARGETS.items():
+        if network != label:
+            continue
+        share = shares[variant]
+        line = (f"target {label} {variant} <= {100 * target:g} %: {'met' if share <= target else 'MISSED'} in this "
+                f"run ({100 * share:.2f} % of its p10 step)")
+        if reference_ms:
+            at_reference = share * plain_p10 / (reference_ms / 1e3)
+            line += (f"; at a {reference_ms:g} ms step: {'met' if at_reference <= target else 'MISSED'} "
+                     f"({100 * at_reference:.2f} %)")
+        print(line)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds per variant (default 6)")
-    parser.add_argument("--steps", type=int, default=40, help="steps per round (default 40)")
+    parser.add_argument("--network", choices=("lenet", "transformer", "both"), default="both")
+    parser.add_argument("--rounds", type=int, default=6, help="LeNet: interleaved rounds per variant (default 6)")
+    parser.add_argument("--steps", type=int, default=40, help="LeNet: steps per round (default 40)")
+    parser.add_argument("--transformer-rounds", type=int, default=3, help="transformer: rounds (default 3)")
+    parser.add_argument("--transformer-steps", type=int, default=8, help="transformer: steps per round (default 8)")
     parser.add_argument("--reference-ms", type=float, default=10.0,
                         help="a LeNet-5 step on an idle machine, to put the in-hook cost in proportion when this "
                              "run's steps are slowed by other load (default 10)")
@@ -79,59 +164,16 @@ def main(argv=None) -> int:
 
     import mindspore as ms
 
-    from msdebug_hooks import LossGuard, StopAtStep, StopAtTime, WeightMonitor
-
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
-    Marker = _marker_class()
-    variants = {
-        "plain": lambda: [],
-        "StopAtTime+StopAtStep+LossGuard": lambda: [StopAtTime(10_000, unit="minutes"), StopAtStep(10 ** 9),
-                                                    LossGuard()],
-        "WeightMonitor(every step)": lambda: [WeightMonitor(every_n_steps=1)],
-    }
-    models = {name: make_model(0.01)[0] for name in variants}
-    dataset = {name: make_dataset(args.steps, prebuilt=True) for name in variants}
-    step_times = {name: [] for name in variants}
-    hook_times = {name: [] for name in variants}
-
-    for name, model in models.items():  # warm up: compile and first steps, not measured
-        model.train(1, dataset[name], callbacks=variants[name](), dataset_sink_mode=False)
-
-    order = list(variants)
-    for round_index in range(args.rounds):
-        for name in order[round_index % len(order):] + order[:round_index % len(order)]:
-            outer, before, after = Marker(), Marker(), Marker()
-            callbacks = [outer, before, *variants[name](), after]
-            models[name].train(1, dataset[name], callbacks=callbacks, dataset_sink_mode=False)
-            begins = outer.begin_times
-            step_times[name] += [b - a for a, b in zip(begins[1:-1], begins[2:])]  # drop the first step
-            hook_times[name] += [(a2 - a1) + (e2 - e1) for a1, a2, e1, e2 in
-                                 zip(before.begin_cpu[1:], after.begin_cpu[1:], before.end_cpu[1:], after.end_cpu[1:])]
-
-    plain = statistics.median(step_times["plain"])
-    plain_p10 = statistics.quantiles(step_times["plain"], n=10)[0]
-    plain_hooks = statistics.median(hook_times["plain"])
-    import mindspore
-
-    print(f"MindSpore {mindspore.__version__} CPU, LeNet-5 batch 32, {args.rounds} interleaved rounds x "
-          f"{args.steps} steps per variant ({len(step_times['plain'])} timed steps each); load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"plain step: median {plain * 1e3:.3f} ms, 10th percentile {plain_p10 * 1e3:.3f} ms")
-    print(f"{'variant':<34} {'median step':>12} {'end-to-end':>11} {'in-hook CPU':>12} {'of p10 step':>12}")
-    results = {}
-    for name in variants:
-        median = statistics.median(step_times[name])
-        hooks = statistics.median(hook_times[name]) - plain_hooks  # minus the empty markers' own cost
-        results[name] = (median / plain - 1.0, hooks / plain_p10)
-        print(f"{name:<34} {median * 1e3:>9.3f} ms {100 * (median / plain - 1):>+10.2f}% "
-              f"{hooks * 1e6:>9.1f} us {100 * hooks / plain_p10:>11.2f}%")
-    reference = args.reference_ms / 1e3
-    for name, target in (("StopAtTime+StopAtStep+LossGuard", 0.005), ("WeightMonitor(every step)", 0.03)):
-        share = results[name][1]
-        at_reference = share * plain_p10 / reference
-        print(f"target {name} <= {100 * target:g} %: {'met' if share <= target else 'MISSED'} in this run "
-              f"({100 * share:.2f} % of its p10 step); at a {args.reference_ms:g} ms step: "
-              f"{'met' if at_reference <= target else 'MISSED'} ({100 * at_reference:.2f} %)")
+    print(f"MindSpore {ms.__version__} CPU, {args.mode} mode; in-hook = the variant's hooks' CPU time per step")
+    runs = []
+    if args.network in ("lenet", "both"):
+        runs.append(("lenet", args.rounds, args.steps, args.reference_ms))
+    if args.network in ("transformer", "both"):
+        runs.append(("transformer", args.transformer_rounds, args.transformer_steps, None))
+    for name, rounds, steps, reference_ms in runs:
+        label, step_times, hook_times = measure(name, rounds, steps)
+        report(label, rounds, steps, step_times, hook_times, reference_ms)
     return 0
 
 

@@ -152,3 +152,41 @@ def test_unchanged_in_a_functional_loop_through_debug_session():
             session.step_end(loss=loss)
     assert {p.parameter for p in monitor.problems} == FC3
     assert np.all([p.step for p in monitor.problems if p.parameter == "fc3.bias"] == np.array([1, 2, 3]))
+
+
+class _ReplaceWeight(Callback):
+    """At the end of ``step``, gives ``fc2.weight`` new storage full of NaN (``set_data`` allocates anew)."""
+
+    def __init__(self, network, step: int) -> None:
+        super().__init__()
+        self.network, self.step = network, step
+
+    def on_train_step_end(self, run_context) -> None:
+        if run_context.original_args().cur_step_num == self.step:
+            weight = self.network.fc2.weight
+            weight.set_data(ms.Tensor(np.full(weight.shape, np.nan, np.float32)))
+
+
+def test_a_weight_given_new_storage_is_read_from_there():
+    # the monitor keeps views of the weights' storage between steps instead of calling asnumpy() each step; a
+    # parameter that moved (set_data, a reloaded checkpoint) must be read from its new storage, not the stale view
+    model, network = _model()
+    monitor = WeightMonitor(on_problem="stop")
+    model.train(1, make_dataset(4), callbacks=[_ReplaceWeight(network, 2), monitor], dataset_sink_mode=False)
+    assert [(p.step, p.parameter, p.kind, p.actual_value) for p in monitor.problems] == \
+        [(2, "fc2.weight", "nan_or_inf", float(network.fc2.weight.size))]
+
+
+def test_parameter_views_follow_in_place_updates_and_moves():
+    from mindspore import Parameter, ops
+
+    from msdebug_hooks.callbacks._parameter_views import ParameterViews
+
+    params = [Parameter(ms.Tensor(np.ones((3, 4), np.float32)), name="a"),
+              Parameter(ms.Tensor(np.zeros(5, np.float32)), name="b")]
+    views = ParameterViews(params)
+    first = views.arrays()[0]
+    ops.assign(params[0], ms.Tensor(np.full((3, 4), 5.0, np.float32)))      # in place: the same view, new values
+    assert views.arrays()[0] is first and np.all(first == 5.0)
+    params[1].set_data(ms.Tensor(np.arange(5, dtype=np.float32)))            # new storage: read again
+    assert views.arrays()[1].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]

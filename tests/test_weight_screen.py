@@ -98,3 +98,43 @@ def test_screen_rejects_empty_input():
         WeightScreen([], rtol=RTOL, atol=ATOL)
     with pytest.raises(ValueError):
         WeightScreen([np.zeros(0, np.float32)], rtol=RTOL, atol=ATOL)
+
+
+def test_groups_cover_every_element_once():
+    from msdebug_hooks.callbacks._weight_screen import _groups
+
+    sizes = [1, 5, 300, 64, 1000, 2, 129]
+    ends = np.cumsum(sizes).tolist()
+    bounds = list(zip([0] + ends[:-1], ends))
+    for size in (1, 7, 64, 1000, 5000):
+        position = 0
+        for start, end, pieces in _groups(bounds, size):
+            assert start == position and 0 < end - start <= size
+            for index, lo, hi, at, to in pieces:       # consecutive pieces, in and out of the group, agree
+                assert bounds[index][0] + lo == start + at == position and hi - lo == to - at > 0
+                position += hi - lo
+            assert position == end
+        assert position == ends[-1]
+
+
+def test_what_the_samples_miss_the_full_passes_find():
+    rng = np.random.default_rng(2)
+    weight = rng.standard_normal(300_000).astype(np.float32)      # several cache-sized groups
+    screen = WeightScreen([weight], rtol=RTOL, atol=ATOL)
+    assert screen.screen([weight])["unchanged"].tolist() == [True]
+    screen.commit()
+    weight[123_457] += 1.0                                          # not one of the sampled elements
+    assert screen.screen([weight])["unchanged"].tolist() == [False]
+    screen.commit()
+    weight[200_001] = np.nan
+    masks = screen.screen([weight])
+    assert masks["nan_or_inf"].tolist() == [True] and masks["unchanged"].tolist() == [False]
+
+
+def test_arrays_that_are_not_contiguous_are_read_afresh_every_time():
+    base = np.arange(40, dtype=np.float32).reshape(5, 8)
+    weight = base.T                                                 # a view that flattens to a copy
+    screen = WeightScreen([weight], rtol=RTOL, atol=ATOL)
+    base += 1.0
+    assert screen.screen([weight])["unchanged"].tolist() == [False]
+    np.testing.assert_array_equal(screen.current(0), weight)

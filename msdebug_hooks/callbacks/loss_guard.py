@@ -194,7 +194,7 @@ class LossGuard(AgreedStop, Callback):
     def on_train_step_begin(self, run_context: Any) -> None:
         """With ``keep_previous``: copy the parameters the step starts from (those of the last step every rank
         agreed was good)."""
-        if not self.keep_previous or self.failed_step is not None:
+        if not self.keep_previous or self.failure is not None:
             return
         cb_params = run_context.original_args()
         self._begun_step = int(cb_params.get("cur_step_num", 0) or 0)
@@ -202,19 +202,19 @@ class LossGuard(AgreedStop, Callback):
             self._take_snapshot(cb_params, step=self._begun_step - 1)
 
     def _train_step_end(self, run_context: Any) -> None:
-        if self.failed_step is not None or self._local_failure is not None:
+        # a healthy step reads the loss scalar (once per step for every callback, ``step_loss``) and nothing else
+        if self.failure is not None or self._local_failure is not None:
             return
         cb_params = run_context.original_args()
         loss = step_loss(cb_params)
         if loss is None:
             return
         reason = self._check(loss, cb_params)
-        step = int(cb_params.cur_step_num)
         if reason is None:
-            if self.keep_previous and self._begun_step != step:      # no step_begin hook (custom loop)
+            if self.keep_previous and self._begun_step != int(cb_params.cur_step_num):   # no step_begin (custom loop)
                 self._take_snapshot(cb_params)
             return
-        self._local_failure = (step, loss, reason)
+        self._local_failure = (int(cb_params.cur_step_num), loss, reason)
         request_stop(run_context, _LOG, reason, source=self)
 
     def on_agreed_stop(self, run_context: Any, decision: StopDecision) -> None:

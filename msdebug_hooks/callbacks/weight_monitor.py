@@ -3,9 +3,10 @@
 The docs' recipe for "are my weights updating?" is to save two checkpoints and compare them by hand; MindInsight's
 weight watchpoints (not changed / change too large / overflow) did it online until they were removed. This callback
 brings those checks back into training, with the watchpoint engine's conditions as the judge, cheaply enough to run
-every step: each parameter is read once per check (``asnumpy`` on CPU is a view, no copy) into one preallocated flat
-buffer, a few vectorised passes over all parameters at once (``_weight_screen``) pick the parameters that might hit,
-and only those go to the engine's ``check_many`` (one statistics pass for all conditions), which decides.
+every step: the parameters are read through views kept from one step to the next (``_parameter_views``), copied
+once per check into one preallocated flat buffer where a few cache-friendly passes (``_weight_screen``) pick the
+parameters that might hit, and only those go to the engine's ``check_tensors`` (one statistics pass for all of them
+and all conditions), which decides.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.stop_agreement import AgreedStop, StopDecision
+from msdebug_hooks.callbacks._parameter_views import ParameterViews
 from msdebug_hooks.callbacks._weight_screen import WeightScreen
 from msdebug_hooks.training_loop import request_stop
 from msdebug_hooks.errors import ConfigError
@@ -76,7 +78,7 @@ class WeightMonitor(AgreedStop, Callback):
                  parameters: Union[str, Sequence[str], None] = None, on_problem: str = "warn") -> None:
         super().__init__()
         from msdebug_hooks.conditions import (TensorChangeAboveThresholdCondition, TensorOverflowCondition,
-                                              TensorUnchangedCondition, check_many)
+                                              TensorUnchangedCondition, check_tensors)
 
         if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
             raise ConfigError("every_n_steps", every_n_steps, "an integer >= 1")
@@ -98,7 +100,7 @@ class WeightMonitor(AgreedStop, Callback):
                 (CHANGE_TOO_LARGE, TensorChangeAboveThresholdCondition(abs_mean_update_ratio_gt=max_update_ratio)))
         if check_finite:
             self._conditions.append((NAN_OR_INF, TensorOverflowCondition()))
-        self._check_many = check_many
+        self._check_tensors = check_tensors
         self._rtol, self._atol = float(rtol), float(atol)
         self._ratio_gt = None if max_update_ratio is None else float(max_update_ratio)
         self._check_finite = bool(check_finite)
@@ -109,6 +111,7 @@ class WeightMonitor(AgreedStop, Callback):
         self.checked: list[str] = []
         self.frozen: list[str] = []
         self._params: list[Any] = []
+        self._views: Optional[ParameterViews] = None
         self._screen: Optional[WeightScreen] = None
         self._started = False
 
@@ -149,7 +152,9 @@ class WeightMonitor(AgreedStop, Callback):
                 continue
             self._params.append(param)
             self.checked.append(param.name)
-        self._screen = WeightScreen([param.asnumpy() for param in self._params], rtol=self._rtol, atol=self._atol,
+        # attach-time preparation, all of it here: the views, the screen's buffers (and any engine warm-up)
+        self._views = ParameterViews(self._params) if self._params else None
+        self._screen = WeightScreen(self._views.arrays(), rtol=self._rtol, atol=self._atol,
                                     ratio_gt=self._ratio_gt, finite=self._check_finite) if self._params else None
         if self.frozen:
             _LOG.info("WeightMonitor: frozen (requires_grad=False), not checked: %s", ", ".join(self.frozen))
@@ -158,15 +163,8 @@ class WeightMonitor(AgreedStop, Callback):
 
     def _check(self, step: int, epoch: int) -> list[WeightProblem]:
         screen = self._screen
-        # asnumpy() on CPU is a view of the live weights; the screen copies them into its own buffer
-        masks = screen.screen([param.asnumpy() for param in self._params])
-        suspects = np.flatnonzero(np.logical_or.reduce(list(masks.values())))
-        found = []
-        if len(suspects):
-            conditions = [condition for _, condition in self._conditions]
-            with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf weights are reported, not warned about
-                for index in suspects.tolist():
-                    found += self._confirm(index, conditions, step, epoch)
+        suspects = screen.suspects(self._views.arrays())   # copies the live weights into the screen's own buffer
+        found = self._confirm(suspects, step, epoch) if suspects else []
         screen.commit()
         for problem in found:
             key = (problem.parameter, problem.kind)
@@ -178,13 +176,18 @@ class WeightMonitor(AgreedStop, Callback):
                              "counted, not logged", epoch, step, _describe(problem))
         return found
 
-    def _confirm(self, index: int, conditions: list, step: int, epoch: int) -> list[WeightProblem]:
-        """The engine's verdict on one parameter the screen flagged (it decides; the screen only preselects)."""
-        current, previous = self._screen.current(index), self._screen.previous(index)
-        results = self._check_many(conditions, current, previous=previous)
-        name = self._params[index].name
-        return [WeightProblem(step, epoch, name, kind, _actual_value(kind, result, current, previous))
-                for (kind, _), result in zip(self._conditions, results) if result.hit]
+    def _confirm(self, suspects: list[int], step: int, epoch: int) -> list[WeightProblem]:
+        """The engine's verdict on the parameters the screen flagged, all at once (it decides; the screen only
+        preselects)."""
+        currents = [self._screen.current(index) for index in suspects]
+        previous = [self._screen.previous(index) for index in suspects]
+        conditions = [condition for _, condition in self._conditions]
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf weights are reported, not warned about
+            verdicts = self._check_tensors(conditions, currents, previous)
+            return [WeightProblem(step, epoch, self._params[index].name, kind,
+                                  _actual_value(kind, result, current, before))
+                    for index, current, before, results in zip(suspects, currents, previous, verdicts)
+                    for (kind, _), result in zip(self._conditions, results) if result.hit]
 
     def _act(self, run_context: Any, found: list[WeightProblem]) -> None:
         if self.on_problem == "warn":

@@ -77,9 +77,11 @@ class GraphIndex:
         self.graph_names[(rank, graph_id)] = graph_name
         order = {name: pos for pos, name in enumerate(self.dump.execution_order(rank, graph_id))}
         iterations = self.dump.iterations(rank, graph_id)
-        sample = self.dump.tensor_files(rank, graph_id, iterations[0]) if iterations else []
-        if len(iterations) > 1:
-            sample = sample + self.dump.tensor_files(rank, graph_id, iterations[-1])
+        sample = []
+        for iteration in sorted({iterations[0], iterations[-1]}) if iterations else ():
+            files = self.dump.tensor_files(rank, graph_id, iteration)
+            self._remember((rank, graph_id, iteration), files)      # a check starts there: no second listing
+            sample = sample + files
         constants = self.dump.constant_files(rank, graph_id)
 
         slots: dict[str, dict[str, set]] = defaultdict(lambda: {"output": set(), "input": set()})
@@ -164,6 +166,10 @@ class GraphIndex:
             return table
         files = (self.dump.constant_files(rank, graph_id) if iteration is None
                  else self.dump.tensor_files(rank, graph_id, iteration))
+        return self._remember(key, files)
+
+    def _remember(self, key: tuple, files: list[TensorFile]) -> dict:
+        """The lookup table of one directory's ``files``, kept in the bounded LRU under ``key``."""
         table = {}
         for item in files:   # sorted by timestamp: the newest file of a tensor wins, as MindInsight showed it
             table[(item.op_name, item.io, item.slot)] = item

@@ -8,6 +8,7 @@ are counted from the right and the op type is the first field.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,10 +44,14 @@ def parse_tensor_file_name(path: Path | str, real_name: Optional[str] = None) ->
 
     ``real_name`` is the original name when the file on disk was renamed (async dump's ``mapping.csv``).
     """
-    path = Path(path)
-    name = real_name if real_name is not None else path.name
+    if real_name is not None:
+        name = real_name
+    else:
+        name = path.name if isinstance(path, Path) else os.path.basename(path)
     if not name.endswith(".npy"):
         return None
+    if not isinstance(path, Path):      # listings hand in Paths already: building one again costs more than parsing
+        path = Path(path)
     parts = name[: -len(".npy")].split(".")
     # 2.10:  type . name . task . stream . ts . io . slot . format . dtype
     # older: type . name . task . stream . ts . io . slot . format

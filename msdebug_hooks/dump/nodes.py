@@ -169,6 +169,7 @@ class DebuggerTensor:
         self._node = node
         self._slot = slot
         self._iteration = iteration
+        self._identity: Optional[tuple] = None   # _key(), built on first use: checks hash tensors many times
 
     @property
     def node(self) -> Node:
@@ -213,7 +214,9 @@ class DebuggerTensor:
         return None if path is None else npy.load(path)
 
     def _key(self) -> tuple:
-        return (self.rank, self._node.graph_name, self._node.name, self._slot, self._iteration)
+        if self._identity is None:
+            self._identity = (self.rank, self._node.graph_name, self._node.name, self._slot, self._iteration)
+        return self._identity
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, DebuggerTensor) and self._key() == other._key()
