@@ -22,6 +22,7 @@ from msdebug_hooks._log import get_logger
 from msdebug_hooks.stop_agreement import AgreedStop, StopDecision
 from msdebug_hooks.callbacks._parameter_views import ParameterViews
 from msdebug_hooks.callbacks._weight_screen import WeightScreen
+from msdebug_hooks.conditions import warm_up_statistics
 from msdebug_hooks.training_loop import request_stop
 from msdebug_hooks.errors import ConfigError
 
@@ -152,7 +153,9 @@ class WeightMonitor(AgreedStop, Callback):
                 continue
             self._params.append(param)
             self.checked.append(param.name)
-        # attach-time preparation, all of it here: the views, the screen's buffers (and any engine warm-up)
+        # attach-time preparation, all of it here: the views, the screen's buffers, the statistics kernels
+        if self._params:
+            warm_up_statistics()   # suspects are confirmed by the statistics engine: no kernel load on a step
         self._views = ParameterViews(self._params) if self._params else None
         self._screen = WeightScreen(self._views.arrays(), rtol=self._rtol, atol=self._atol,
                                     ratio_gt=self._ratio_gt, finite=self._check_finite) if self._params else None
