@@ -78,7 +78,7 @@ def batch_totals(values: Sequence[Any], previous: Sequence[Any] | None = None,
     batch = _Batch()
     for index, (value, prev, (flat, kind)) in enumerate(zip(values, prevs, flats)):
         n = flat.shape[0]
-        found.has_previous[index] = prev is not None
+        found.has_previous_list[index] = prev is not None
         if n > st.SMALL_TENSOR and compiled is None:
             totals, n, dtype_name, paired = st.statistics_totals(value, prev, needed, ranges, tolerances,
                                                                  bfloat16=bfloat16, keep_into=keep[index])
@@ -128,10 +128,10 @@ class BatchTotals:
         self.size = size
         self.needed, self.ranges, self.tolerances = needed, ranges, tolerances
         self.wants_previous = wants_previous
-        self.count = np.zeros(size, np.int64)
+        self.counts_list = [0] * size          # per tensor, as Python values (``count`` etc. are the arrays)
         self.dtypes = [""] * size
-        self.has_previous = np.zeros(size, np.bool_)
-        self.paired = np.zeros(size, np.bool_)
+        self.has_previous_list = [False] * size
+        self.paired_list = [False] * size
         self._k = compiled
         n_counts = len(ranges) + len(tolerances)
         if compiled is not None:
@@ -148,9 +148,24 @@ class BatchTotals:
         self.describe(index, n, dtype_name, paired)
 
     def describe(self, index: int, n: int, dtype_name: str, paired: bool) -> None:
-        self.count[index] = n
+        self.counts_list[index] = n
         self.dtypes[index] = dtype_name
-        self.paired[index] = paired
+        self.paired_list[index] = paired
+
+    @property
+    def count(self) -> np.ndarray:
+        """Element count per tensor."""
+        return np.array(self.counts_list, np.int64)
+
+    @property
+    def has_previous(self) -> np.ndarray:
+        """Per tensor, whether a previous value was given."""
+        return np.array(self.has_previous_list, np.bool_)
+
+    @property
+    def paired(self) -> np.ndarray:
+        """Per tensor, whether its previous value was read element by element (same element count)."""
+        return np.array(self.paired_list, np.bool_)
 
     def totals(self, index: int) -> Any:
         """The running totals of one tensor, as ``stats._finish`` reads them."""
@@ -161,22 +176,15 @@ class BatchTotals:
         return found
 
     def statistics(self, index: int) -> st.TensorStatistics:
-        return st._finish(self.totals(index), int(self.count[index]), self.dtypes[index], self.needed, self.ranges,
-                          self.tolerances, bool(self.has_previous[index]), self.wants_previous,
-                          bool(self.paired[index]))
+        return st._finish(self.totals(index), self.counts_list[index], self.dtypes[index], self.needed, self.ranges,
+                          self.tolerances, self.has_previous_list[index], self.wants_previous,
+                          self.paired_list[index])
 
-    def columns(self) -> SimpleNamespace:
+    def columns(self) -> Any:
         """Every running total over all tensors, as arrays: the fields ``stats._finish`` reads, ``in_range`` and
         ``close`` of shape (tensors, ranges) and (tensors, tolerances)."""
-        k, n_ranges = self._k, len(self.ranges)
-        if k is not None and all(row is None for row in self._rows):
-            f, i, c = self.fstate, self.istate, self.counts
-            return SimpleNamespace(
-                nan=i[:, k.I_NAN], pinf=i[:, k.I_PINF], ninf=i[:, k.I_NINF], zero=i[:, k.I_ZERO],
-                pos=i[:, k.I_POS], any_number=i[:, k.I_ANY] != 0, mx=f[:, k.F_MAX], mn=f[:, k.F_MIN],
-                sum=f[:, k.F_SUM], mean=f[:, k.F_MEAN], m2=f[:, k.F_M2], abs_sum=f[:, k.F_ABS],
-                diff_sum=f[:, k.F_DIFF], prev_abs_sum=f[:, k.F_PREV_ABS], in_range=c[:, :n_ranges],
-                close=c[:, n_ranges:] == i[:, k.I_N, None])
+        if self._k is not None and all(row is None for row in self._rows):
+            return _StateColumns(self._k, self.fstate, self.istate, self.counts, len(self.ranges))
         rows = [self.totals(j) for j in range(self.size)]
         out = SimpleNamespace()
         for name, dtype in (("nan", np.int64), ("pinf", np.int64), ("ninf", np.int64), ("zero", np.int64),
@@ -184,9 +192,37 @@ class BatchTotals:
                             ("sum", np.float64), ("mean", np.float64), ("m2", np.float64),
                             ("abs_sum", np.float64), ("diff_sum", np.float64), ("prev_abs_sum", np.float64)):
             setattr(out, name, np.array([getattr(t, name) for t in rows], dtype))
-        out.in_range = np.array([list(t.in_range) for t in rows], np.int64).reshape(self.size, n_ranges)
+        out.in_range = np.array([list(t.in_range) for t in rows], np.int64).reshape(self.size, len(self.ranges))
         out.close = np.array([list(t.close) for t in rows], np.bool_).reshape(self.size, len(self.tolerances))
         return out
+
+
+class _StateColumns:
+    """The columns of the compiled pass's state arrays under the names of ``stats._Accumulator``'s totals, each
+    taken when first read (a check reads a few of them)."""
+
+    _SLOTS = {"nan": ("i", "I_NAN"), "pinf": ("i", "I_PINF"), "ninf": ("i", "I_NINF"), "zero": ("i", "I_ZERO"),
+              "pos": ("i", "I_POS"), "mx": ("f", "F_MAX"), "mn": ("f", "F_MIN"), "sum": ("f", "F_SUM"),
+              "mean": ("f", "F_MEAN"), "m2": ("f", "F_M2"), "abs_sum": ("f", "F_ABS"), "diff_sum": ("f", "F_DIFF"),
+              "prev_abs_sum": ("f", "F_PREV_ABS")}
+
+    def __init__(self, k: Any, fstate: np.ndarray, istate: np.ndarray, counts: np.ndarray, n_ranges: int) -> None:
+        self._k, self._f, self._i, self._c, self._n_ranges = k, fstate, istate, counts, n_ranges
+
+    def __getattr__(self, name: str) -> np.ndarray:   # only for names not read yet
+        if name == "any_number":
+            value = self._i[:, self._k.I_ANY] != 0
+        elif name == "in_range":
+            value = self._c[:, :self._n_ranges]
+        elif name == "close":
+            value = self._c[:, self._n_ranges:] == self._i[:, self._k.I_N, None]
+        elif name in self._SLOTS:
+            state, slot = self._SLOTS[name]
+            value = (self._f if state == "f" else self._i)[:, getattr(self._k, slot)]
+        else:
+            raise AttributeError(name)
+        setattr(self, name, value)
+        return value
 
 
 def _as_float64_source(flat: np.ndarray, kind: str) -> np.ndarray:

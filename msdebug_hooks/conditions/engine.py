@@ -12,7 +12,7 @@ import numpy as np
 from msdebug_hooks.conditions import stats as st
 from msdebug_hooks.conditions.batch import batch_totals, compute_statistics_batch
 from msdebug_hooks.conditions.conditions import Condition, ConditionResult, OperatorOverflowCondition, ParamResult
-from msdebug_hooks.conditions.judging import StatisticArrays, masks
+from msdebug_hooks.conditions.judging import reportable_pairs
 from msdebug_hooks.errors import ConfigError
 
 
@@ -111,11 +111,10 @@ def find_hits(conditions: Sequence[Condition], tensors: Iterable[Any], previous:
         raise ConfigError("keep_into", "given with keep_previous=True", "one of them: keep_previous copies into "
                                                                          "previous, keep_into into other arrays")
     targets = prevs if keep_previous else (list(keep_into) if keep_into is not None else None)
-    active = [c for c in conditions if not isinstance(c, OperatorOverflowCondition)]
-    if not active or any(not isinstance(c, Condition) for c in conditions):
+    plan = _batch_plan(conditions)
+    if plan is None:
         return _reportable(_one_by_one(conditions, values, prevs, targets))
-    need, ranges, tolerances = statistics_plan(active)
-    wants_previous = any(c.needs_previous for c in active)
+    need, ranges, tolerances, wants_previous = plan
     try:
         found = batch_totals(values, prevs if wants_previous or targets is not None else None, need, ranges=ranges,
                              allclose_tolerances=tolerances, keep_into=targets)
@@ -123,7 +122,7 @@ def find_hits(conditions: Sequence[Condition], tensors: Iterable[Any], previous:
         return _reportable(_one_by_one(conditions, values, prevs, targets))
     hits: list[tuple[int, int, ConditionResult]] = []
     statistics: dict[int, st.TensorStatistics] = {}
-    for tensor, index in np.argwhere(masks(conditions, StatisticArrays(found))).tolist():
+    for tensor, index in reportable_pairs(conditions, found):
         stats = statistics.get(tensor)
         if stats is None:
             stats = statistics[tensor] = found.statistics(tensor)
@@ -132,6 +131,28 @@ def find_hits(conditions: Sequence[Condition], tensors: Iterable[Any], previous:
         if result.reportable:
             hits.append((tensor, index, result))
     return hits
+
+
+_PLANS: dict[tuple, tuple] = {}   # condition list -> its statistics plan (a debugger checks the same list each step)
+
+
+def _batch_plan(conditions: Sequence[Condition]) -> tuple[frozenset[str], tuple, tuple, bool] | None:
+    """(statistics needed, ranges, tolerances, whether a previous value is read) for a batch, or None when
+    ``check_many`` must judge one by one (no condition that reads values, or an entry that is not a condition)."""
+    if any(not isinstance(c, Condition) for c in conditions):
+        return None
+    key = tuple(conditions)       # conditions hash and compare by type and parameters
+    plan = _PLANS.get(key)
+    if plan is None:
+        active = [c for c in conditions if not isinstance(c, OperatorOverflowCondition)]
+        if not active:
+            return None
+        need, ranges, tolerances = statistics_plan(active)
+        if len(_PLANS) > 64:
+            _PLANS.clear()
+        plan = _PLANS[key] = (st.checked_statistic_names(need), tuple(ranges), tuple(tolerances),
+                              any(c.needs_previous for c in active))
+    return plan
 
 
 def _reportable(results: list[list[ConditionResult]]) -> list[tuple[int, int, ConditionResult]]:

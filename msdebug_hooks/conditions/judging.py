@@ -9,93 +9,94 @@ tensor's ``TensorStatistics``: a reported result is exactly the one ``check_tens
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from msdebug_hooks.conditions import stats as st
 from msdebug_hooks.conditions.batch import BatchTotals
-from msdebug_hooks.conditions.conditions import (Condition, OperatorOverflowCondition, TensorOverflowCondition)
-from msdebug_hooks.conditions.error_codes import ERROR_INF, ERROR_NAN, ERROR_NO_PREVIOUS
+from msdebug_hooks.conditions.conditions import Condition, OperatorOverflowCondition, TensorOverflowCondition
 from msdebug_hooks.conditions.params import OPERATORS
 
-__all__ = ["StatisticArrays", "reportable_mask"]
+__all__ = ["StatisticArrays", "reportable_mask", "reportable_pairs"]
 
 
 class StatisticArrays:
-    """The statistics of every tensor of a batch as float64 arrays (NaN where ``TensorStatistics`` holds NaN or
-    None), computed on first use with ``stats._finish``'s formulas."""
+    """The statistics of every tensor of a batch as float64 arrays, computed on first use with ``stats._finish``'s
+    formulas. A value is exact where the tensor has elements and no NaN/Inf (and, for the previous-value ones, a
+    paired previous value); elsewhere an error code or "not evaluated" decides, so it is not guarded (NaN marks
+    "not evaluated" where that matters). Call it inside ``np.errstate(all="ignore")``."""
 
     def __init__(self, found: BatchTotals) -> None:
         self.found = found
         self.n = found.count
-        self.t: SimpleNamespace = found.columns()
+        self.all_paired = all(found.paired_list)
+        self.paired = found.paired
+        self.has_previous = found.has_previous
+        self.t = found.columns()
+        self.n_safe = np.maximum(self.n, 1)           # empty tensors are never judged: no 0/0 to look at
+        self.counted = self.n > 0
+        t = self.t
+        self.special = (t.nan | t.pinf | t.ninf) != 0  # evaluate's NaN / Inf error bits
+        #: every tensor has elements and no NaN/Inf (the usual step): a mask is the hit itself
+        self.clean = bool(self.counted.all()) and not self.special.any()
+        self.clean_with_previous = self.clean and all(found.has_previous_list)
         self._cache: dict[Any, np.ndarray] = {}
 
     def _get(self, key: Any, make: Callable[[], np.ndarray]) -> np.ndarray:
         value = self._cache.get(key)
         if value is None:
-            with np.errstate(all="ignore"):
-                value = self._cache[key] = make()
+            value = self._cache[key] = make()
         return value
 
-    @property
-    def _counted(self) -> np.ndarray:
-        return self._get("counted", lambda: self.n > 0)
-
     def maximum(self) -> np.ndarray:
-        return self._get("max", lambda: np.where(self._counted & self.t.any_number, self.t.mx, np.nan))
+        return self.t.mx        # a tensor without NaN has a number
 
     def minimum(self) -> np.ndarray:
-        return self._get("min", lambda: np.where(self._counted & self.t.any_number, self.t.mn, np.nan))
+        return self.t.mn
 
     def mean(self) -> np.ndarray:
         t = self.t
-        return self._get("mean", lambda: np.where(
-            self._counted, np.where(np.isfinite(t.mean) & np.isfinite(t.sum), t.mean, t.sum / self.n), np.nan))
+        return self._get("mean", lambda: np.where(np.isfinite(t.mean) & np.isfinite(t.sum), t.mean,
+                                                  t.sum / self.n_safe))
 
     def sd(self) -> np.ndarray:
         t, n = self.t, self.n
         return self._get("sd", lambda: np.where(
-            n == 0, np.nan, np.where(n == 1, 0.0, np.where(np.isfinite(t.m2) & np.isfinite(t.mean),
-                                                           np.sqrt(t.m2 / (n - 1)), np.nan))))
+            n == 1, 0.0, np.where(np.isfinite(t.m2) & np.isfinite(t.mean), np.sqrt(t.m2 / np.maximum(n - 1, 1)),
+                                  np.nan)))
 
     def abs_mean(self) -> np.ndarray:
-        return self._get("abs_mean", lambda: np.where(self._counted, self.t.abs_sum / self.n, np.nan))
+        return self._get("abs_mean", lambda: self.t.abs_sum / self.n_safe)
 
     def zero_percentage(self) -> np.ndarray:
-        return self._get("zero%", lambda: np.where(self._counted, 100.0 * self.t.zero / self.n, 0.0))
+        return self._get("zero%", lambda: 100.0 * self.t.zero / self.n_safe)
 
     def max_min(self) -> np.ndarray:
-        return self._get("max_min", lambda: self.maximum() - self.minimum())
+        return self._get("max_min", lambda: self.t.mx - self.t.mn)
 
     def update_ratio(self) -> np.ndarray:
-        """NaN where there is no previous value too (the statistic is None then: not evaluated)."""
-        t, n, found = self.t, self.n, self.found
+        """NaN (not evaluated) where the previous value has another element count."""
+        t, n = self.t, self.n_safe
+        if self.all_paired:
+            return self._get("update_ratio", lambda: (t.diff_sum / n) / (t.prev_abs_sum / n + st.UPDATE_RATIO_EPSILON))
         return self._get("update_ratio", lambda: np.where(
-            found.has_previous & found.paired,
-            np.where(self._counted, (t.diff_sum / n) / (t.prev_abs_sum / n + st.UPDATE_RATIO_EPSILON),
-                     0.0 / st.UPDATE_RATIO_EPSILON),
-            np.nan))
+            self.paired, (t.diff_sum / n) / (t.prev_abs_sum / n + st.UPDATE_RATIO_EPSILON), np.nan))
 
     def range_percentage(self, bounds: tuple[float, float]) -> np.ndarray:
         column = self.found.ranges.index(bounds)
-        return self._get(("range", bounds), lambda: np.where(
-            self._counted, 100.0 * self.t.in_range[:, column] / self.n, 0.0))
+        return self._get(("range", bounds), lambda: 100.0 * self.t.in_range[:, column] / self.n_safe)
 
     def allclose(self, tolerance: tuple[float, float]) -> np.ndarray:
-        """False where there is no previous value (``TensorStatistics.allclose`` is empty then)."""
+        """False where the previous value has another element count (``stats._finish``)."""
         column = self.found.tolerances.index(tolerance)
-        found = self.found
-        return self._get(("close", tolerance), lambda: found.has_previous & np.where(
-            found.paired, self.t.close[:, column], self.n == 0))
+        if self.all_paired:
+            return self._get(("close", tolerance), lambda: self.t.close[:, column])
+        return self._get(("close", tolerance), lambda: self.paired & self.t.close[:, column])
 
-    def error_codes(self) -> np.ndarray:
-        """``Condition.evaluate``'s NaN / Inf bits per tensor."""
-        t = self.t
-        return self._get("errors", lambda: np.where(t.nan > 0, ERROR_NAN, 0) | np.where(
-            (t.pinf > 0) | (t.ninf > 0), ERROR_INF, 0))
+    def no_previous(self) -> np.ndarray:
+        """Where a change condition has an error code: NaN, Inf or no previous value."""
+        return self._get("no_previous", lambda: self.special | ~self.has_previous)
 
     def statistic(self, condition: Condition, name: str) -> np.ndarray | None:
         """The array a parameter compares (``Condition._statistic_reader``'s value per tensor), None for a name
@@ -117,34 +118,40 @@ _KNOWN_EVALUATE = {Condition.evaluate, TensorOverflowCondition.evaluate, Operato
 
 
 def reportable_mask(condition: Condition, arrays: StatisticArrays) -> np.ndarray:
-    """Per tensor, whether ``condition.evaluate`` on its statistics is reportable (hit or error code)."""
-    counted = arrays.n > 0
+    """Per tensor, whether ``condition.evaluate`` on its statistics is reportable (hit or error code); inside
+    ``np.errstate(all="ignore")``."""
+    counted = arrays.counted
     evaluate = type(condition).evaluate
     if evaluate not in _KNOWN_EVALUATE:
         return counted | True
     if isinstance(condition, OperatorOverflowCondition):
         return np.zeros(arrays.n.shape, np.bool_)
     if isinstance(condition, TensorOverflowCondition):
-        return counted & (arrays.error_codes() != 0)
-    errors = arrays.error_codes()
-    if condition.needs_previous:
-        errors = errors | np.where(arrays.found.has_previous, 0, ERROR_NO_PREVIOUS)
-    hit = np.zeros(arrays.n.shape, np.bool_)
+        return counted & arrays.special
+    hit = None
     tolerance = condition.allclose_tolerance()
     if tolerance is not None:
-        hit |= arrays.allclose(tolerance)
+        hit = arrays.allclose(tolerance)
     for spec in condition.param_specs:
         if spec.name not in condition.params or not spec.operator:
             continue
         values = arrays.statistic(condition, spec.statistic)
         if values is not None:
-            with np.errstate(invalid="ignore"):
-                hit |= OPERATORS[spec.operator](values, condition.params[spec.name])   # NaN: never a hit
-    return counted & ((errors != 0) | hit)
+            param_hit = OPERATORS[spec.operator](values, condition.params[spec.name])   # NaN: never a hit
+            hit = param_hit if hit is None else hit | param_hit
+    if hit is not None and (arrays.clean_with_previous if condition.needs_previous else arrays.clean):
+        return hit
+    errors = arrays.no_previous() if condition.needs_previous else arrays.special
+    return counted & (errors if hit is None else errors | hit)
 
 
-def masks(conditions: Sequence[Condition], arrays: StatisticArrays) -> np.ndarray:
-    """(tensors, conditions) booleans: the pairs to evaluate and report."""
-    if not conditions:
-        return np.zeros((arrays.n.shape[0], 0), np.bool_)
-    return np.stack([reportable_mask(c, arrays) for c in conditions], axis=1)
+def reportable_pairs(conditions: Sequence[Condition], found: BatchTotals) -> list[list[int]]:
+    """[tensor index, condition index] of the pairs to evaluate and report, in (tensor, condition) order."""
+    if not conditions or not found.size:
+        return []
+    marked = np.empty((found.size, len(conditions)), np.bool_)
+    with np.errstate(all="ignore"):
+        arrays = StatisticArrays(found)
+        for j, condition in enumerate(conditions):
+            marked[:, j] = reportable_mask(condition, arrays)
+    return np.argwhere(marked).tolist() if marked.any() else []
