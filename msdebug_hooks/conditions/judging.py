@@ -39,7 +39,7 @@ class StatisticArrays:
         t = self.t
         self.special = (t.nan | t.pinf | t.ninf) != 0  # evaluate's NaN / Inf error bits
         #: every tensor has elements and no NaN/Inf (the usual step): a mask is the hit itself
-        self.clean = bool(self.counted.all()) and not self.special.any()
+        self.clean = 0 not in found.counts_list and not np.count_nonzero(self.special)
         self.clean_with_previous = self.clean and all(found.has_previous_list)
         self._cache: dict[Any, np.ndarray] = {}
 
@@ -101,15 +101,18 @@ class StatisticArrays:
     def statistic(self, condition: Condition, name: str) -> np.ndarray | None:
         """The array a parameter compares (``Condition._statistic_reader``'s value per tensor), None for a name
         that is not a statistic."""
-        readers = {"max": self.maximum, "min": self.minimum, "mean": self.mean, "sd": self.sd,
-                   "abs_mean": self.abs_mean, "max_min": self.max_min, "zero_percentage": self.zero_percentage,
-                   "abs_mean_update_ratio": self.update_ratio}
-        if name in readers:
-            return readers[name]()
+        reader = _READERS.get(name)
+        if reader is not None:
+            return getattr(self, reader)()
         if name == "range_percentage":
             bounds = condition.range_bounds()
             return None if bounds is None else self.range_percentage(bounds)
         return None
+
+
+#: parameter statistic name -> the ``StatisticArrays`` method that gives it
+_READERS = {"max": "maximum", "min": "minimum", "mean": "mean", "sd": "sd", "abs_mean": "abs_mean",
+            "max_min": "max_min", "zero_percentage": "zero_percentage", "abs_mean_update_ratio": "update_ratio"}
 
 
 #: the condition classes whose ``evaluate`` ``reportable_mask`` reproduces (any other subclass is evaluated on
