@@ -250,7 +250,8 @@ def _raw_idle(port: int, calls: int = 300) -> float:
 
 
 def _rounds(variants: dict, models: dict, datasets: dict, rounds: int, spent: list, *, start: int = 0,
-            into: tuple[dict, dict] | None = None) -> tuple[dict[str, list[float]], dict[str, list[tuple[float, float]]]]:
+            into: tuple[dict, dict] | None = None
+            ) -> tuple[dict[str, list[float]], dict[str, list[tuple[float, float]]]]:
     """Interleaved rounds (rotating order, round ``start`` first): step times (between consecutive step begins, the
     first step of each round dropped) and hook times (the first step of each round dropped) per variant, added to
     ``into`` when given."""
