@@ -15,7 +15,9 @@ before as the previous values) against 5 watchpoints (overflow, too large by mea
 threshold by update ratio, unchanged), for LeNet-5 (10 tensors, 61 k floats) and the 25 M-parameter transformer
 (``small_transformer.py``: 228 tensors, 100 MB), compiled and numpy fallback interleaved: CPU time per step
 (``time.thread_time``, robust on a shared machine) and GB/s of the bytes read (current + previous values); and for
-a monitor that keeps last step's values itself: a check followed by ``np.copyto`` against ``keep_previous=True``.
+a monitor that keeps last step's values itself: a check followed by ``np.copyto`` against ``keep_previous=True``;
+and ``find_hits`` (the same check, only the reportable results built: what the online debugger calls), on both
+engines and, as the debugger runs it, copying the values into second buffers in the pass (``keep_into``).
 
 Run: ``.venv/bin/python benchmarks/stats_throughput.py [--quick] [--no-networks]``. The machine is shared: compare
 the ratios of one run, not absolute numbers across runs, and note the load (``uptime``) printed at the start.
@@ -38,7 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from msdebug_hooks.conditions import (  # noqa: E402
     BASIC_STATISTICS, TensorAllZeroCondition, TensorChangeBelowThresholdCondition, TensorOverflowCondition,
-    TensorTooLargeCondition, TensorUnchangedCondition, check_many, check_tensors, compute_statistics,
+    TensorTooLargeCondition, TensorUnchangedCondition, check_many, check_tensors, compute_statistics, find_hits,
     warm_up_statistics)
 from msdebug_hooks.conditions._engine import forced_engine  # noqa: E402
 
@@ -146,14 +148,26 @@ def step_check(name: str, params: list[np.ndarray], previous: list[np.ndarray], 
     variants["compiled, then np.copyto"] = on_engine("compiled", check_then_copy)
     variants["compiled, keep_previous"] = on_engine(
         "compiled", lambda: check_tensors(WEIGHT_WATCHPOINTS, params, kept, keep_previous=True))
+    for engine in ("compiled", "numpy"):   # the reportable results only, judged as arrays
+        with forced_engine(engine):
+            reportable = [(t, c, r) for t, rs in enumerate(check_tensors(WEIGHT_WATCHPOINTS, params, previous))
+                          for c, r in enumerate(rs) if r.reportable]
+            assert find_hits(WEIGHT_WATCHPOINTS, params, previous) == reportable
+        variants[f"find_hits, {engine}"] = on_engine(
+            engine, lambda: find_hits(WEIGHT_WATCHPOINTS, params, previous))
+    spare = [np.empty_like(p) for p in params]   # the debugger's second buffers: previous stays as it is
+    variants["find_hits, compiled, keep_into"] = on_engine(
+        "compiled", lambda: find_hits(WEIGHT_WATCHPOINTS, params, previous, keep_into=spare))
     cpu = interleaved_best(variants, rounds, time.thread_time)
     wall = interleaved_best(variants, rounds)
     for engine in variants:
-        print(f"    check_tensors, {engine:<24}: {cpu[engine] * 1e3:8.2f} ms CPU per step "
+        call = "" if engine.startswith("find_hits") else "check_tensors, "
+        print(f"    {call + engine:<40}: {cpu[engine] * 1e3:8.2f} ms CPU per step "
               f"({n_bytes / cpu[engine] / 1e9:5.2f} GB/s), wall {wall[engine] * 1e3:8.2f} ms")
     print(f"    compiled / numpy: {cpu['numpy'] / cpu['compiled']:.1f}x less CPU; keeping the previous values in "
           f"the pass saves {(cpu['compiled, then np.copyto'] - cpu['compiled, keep_previous']) * 1e3:.1f} ms "
-          f"against a separate copy")
+          f"against a separate copy; find_hits takes {cpu['find_hits, compiled'] / cpu['compiled']:.2f}x "
+          f"check_tensors' CPU")
 
 
 def network_checks(quick: bool, transformer: bool) -> None:

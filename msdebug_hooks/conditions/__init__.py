@@ -14,7 +14,8 @@ compiled, the first time on a machine) before the first training step needs them
 Modules: ``stats`` (statistics of one tensor, definitions, numpy's chunked pass), ``batch`` (many small tensors
 in one call), ``_engine`` (which engine runs; warm-up), ``_kernels`` (the compiled pass), ``params`` (parameter
 rules), ``conditions`` (one class per condition), ``engine`` (``check_many``: one statistics pass shared by
-several conditions), ``protocol`` (proto ids, UI ids, ``name:param=value`` text), ``_blas`` (keeps numpy's BLAS on
+several conditions; ``find_hits``: the reportable results of a batch), ``judging`` (conditions judged as arrays over a
+batch's statistics), ``protocol`` (proto ids, UI ids, ``name:param=value`` text), ``_blas`` (keeps numpy's BLAS on
 the calling thread).
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from msdebug_hooks.conditions.conditions import (
 from msdebug_hooks.conditions._engine import engine_name as statistics_engine
 from msdebug_hooks.conditions._engine import warm_up_statistics
 from msdebug_hooks.conditions.batch import compute_statistics_batch
-from msdebug_hooks.conditions.engine import check_many, check_tensors, statistics_plan
+from msdebug_hooks.conditions.engine import check_many, check_tensors, find_hits, statistics_plan
 from msdebug_hooks.conditions.params import ParamSpec
 from msdebug_hooks.conditions.protocol import (
     CONDITION_BY_ID, UI_CONDITIONS, UiCondition, condition_class, from_protocol, from_ui, parse_condition,
@@ -43,6 +44,7 @@ __all__ = [
     "TensorInitializationCondition", "TensorOverflowCondition", "TensorRangeCondition", "TensorStatistics",
     "TensorTooLargeCondition", "TensorTooSmallCondition", "TensorUnchangedCondition", "UI_CONDITIONS",
     "UiCondition", "UnsupportedDtypeError", "bfloat16_to_float32", "check_many", "check_tensors",
-    "compute_statistics", "compute_statistics_batch", "condition_class", "error_list", "from_protocol", "from_ui",
+    "compute_statistics", "compute_statistics_batch", "condition_class", "error_list", "find_hits", "from_protocol",
+    "from_ui",
     "parse_condition", "should_evaluate", "statistics_engine", "statistics_plan", "warm_up_statistics",
 ]

@@ -126,21 +126,15 @@ def new_state(k: ModuleType, rows: int | None = None, n_counts: int = 0) -> tupl
         _START["f"] = start
     if rows is None:
         return start.copy(), np.zeros(k.I_SLOTS, np.int64), np.zeros(n_counts, np.int64)
-    return (np.tile(start, (rows, 1)), np.zeros((rows, k.I_SLOTS), np.int64),
-            np.zeros((rows, n_counts), np.int64))
+    fstate = np.empty((rows, k.F_SLOTS))
+    fstate[:] = start      # (np.tile costs several times more for the few rows of a step)
+    return fstate, np.zeros((rows, k.I_SLOTS), np.int64), np.zeros((rows, n_counts), np.int64)
 
 
 def totals(k: ModuleType, fstate: np.ndarray, istate: np.ndarray, counts: np.ndarray,
            n_ranges: int) -> SimpleNamespace:
     """The running totals as ``stats._finish`` reads them (the fields of ``stats._Accumulator``)."""
     return totals_of(k, fstate.tolist(), istate.tolist(), counts.tolist(), n_ranges)
-
-
-def totals_rows(k: ModuleType, fstate: np.ndarray, istate: np.ndarray, counts: np.ndarray,
-                n_ranges: int) -> list[SimpleNamespace]:
-    """``totals`` of every row (segment) of 2-D state arrays."""
-    return [totals_of(k, f, i, c, n_ranges)
-            for f, i, c in zip(fstate.tolist(), istate.tolist(), counts.tolist())]
 
 
 def totals_of(k: ModuleType, f: list[float], i: list[int], c: list[int], n_ranges: int) -> SimpleNamespace:
@@ -193,7 +187,18 @@ def compiled_totals(k: ModuleType, flat: np.ndarray, kind: str, prev_flat: np.nd
                     needed: frozenset[str], ranges: tuple[tuple[float, float], ...],
                     tolerances: tuple[tuple[float, float], ...], chunk: int,
                     keep_into: np.ndarray | None = None) -> tuple[SimpleNamespace, bool]:
-    """(the totals ``stats._finish`` reads, whether ``flat`` was copied into ``keep_into``) from the compiled pass
+    """(the totals ``stats._finish`` reads, whether ``flat`` was copied into ``keep_into``) from the compiled pass:
+    ``compiled_state`` with its state arrays read out."""
+    fstate, istate, counts, fused = compiled_state(k, flat, kind, prev_flat, prev_kind, needed, ranges, tolerances,
+                                                   chunk, keep_into)
+    return totals(k, fstate, istate, counts, len(ranges)), fused
+
+
+def compiled_state(k: ModuleType, flat: np.ndarray, kind: str, prev_flat: np.ndarray | None, prev_kind: str | None,
+                   needed: frozenset[str], ranges: tuple[tuple[float, float], ...],
+                   tolerances: tuple[tuple[float, float], ...], chunk: int,
+                   keep_into: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """(fstate, istate, counts, whether ``flat`` was copied into ``keep_into``) from the compiled pass
     (``_kernels.accumulate``): float32/float64 tensors in one call, copied into ``keep_into`` (a writable flat array
     of their dtype) in the same pass; converted dtypes, and a previous value of another work dtype, one cache-sized
     chunk at a time (the caller copies then)."""
@@ -215,7 +220,7 @@ def compiled_totals(k: ModuleType, flat: np.ndarray, kind: str, prev_flat: np.nd
                  and keep_into is native(keep_into))
         k.accumulate(x, int_view(x), prev, mode, paired, range_bounds(ranges, work), tol, fstate, istate, counts,
                      keep_into if fused else _NOWHERE[x.dtype])
-        return totals(k, fstate, istate, counts, len(ranges)), fused
+        return fstate, istate, counts, fused
     if paired and work_dtype(prev_kind) != work:
         work = np.dtype(np.float64)  # both sides in float64, as the C++ compared them
     bounds = range_bounds(ranges, work)
@@ -225,7 +230,7 @@ def compiled_totals(k: ModuleType, flat: np.ndarray, kind: str, prev_flat: np.nd
         c = np.asarray(c, work)
         p = np.asarray(next(p_chunks), work) if p_chunks is not None else c[:0]
         k.accumulate(c, int_view(c), p, mode, paired, bounds, tol, fstate, istate, counts, _NOWHERE[work])
-    return totals(k, fstate, istate, counts, len(ranges)), False
+    return fstate, istate, counts, False
 
 
 def _as_work(flat: np.ndarray, kind: str, work: np.dtype) -> np.ndarray:

@@ -45,27 +45,44 @@ def compute_statistics_batch(values: Sequence[Any], previous: Sequence[Any] | No
     >>> [s.max for s in compute_statistics_batch([np.array([1.0, 3.0]), np.array([-2.0])], needed={"max"})]
     [3.0, -2.0]
     """
+    found = batch_totals(values, previous, needed, ranges=ranges, allclose_tolerances=allclose_tolerances,
+                         bfloat16=bfloat16, keep_into=previous if keep_previous else None)
+    return [found.statistics(j) for j in range(found.size)]
+
+
+def batch_totals(values: Sequence[Any], previous: Sequence[Any] | None = None,
+                 needed: Collection[str] = st.BASIC_STATISTICS, *, ranges: Iterable[tuple[float, float]] = (),
+                 allclose_tolerances: Iterable[tuple[float, float]] = (), bfloat16: bool = False,
+                 keep_into: Sequence[Any] | None = None) -> "BatchTotals":
+    """The running totals of every tensor (``compute_statistics_batch`` before its final formulas), kept as arrays
+    so that a caller can judge all tensors at once (``judging.find_hits``).
+
+    ``keep_into``: one entry per value, None or an array that receives the value (a writable C-contiguous array of
+    its dtype and size, checked before anything is computed: ``stats.kept_view``); it may be the previous entry
+    itself. Every tensor's dtype is checked before anything is computed or copied too, so an
+    ``UnsupportedDtypeError`` leaves every array as it was.
+    """
     needed = st.checked_statistic_names(needed)
     ranges = tuple((float(a), float(b)) for a, b in ranges)
     tolerances = tuple((float(r), float(a)) for r, a in allclose_tolerances)
     values = list(values)
-    prevs = [None] * len(values) if previous is None else list(previous)
-    if len(prevs) != len(values):
-        from msdebug_hooks.errors import ConfigError
-        raise ConfigError("previous", f"{len(prevs)} entries",
-                          f"one entry per value ({len(values)}), None where there is no previous value")
+    prevs = _one_per_value("previous", previous, len(values))
+    targets = _one_per_value("keep_into", keep_into, len(values))
+    field_name = "previous" if keep_into is previous else "keep_into"
+    keep = [st.kept_view(v, t, f"{field_name}[{i}]") if t is not None else None
+            for i, (v, t) in enumerate(zip(values, targets))]
+    flats = [flat_kind(value, bfloat16=bfloat16) for value in values]   # raises before any work or copy
     wants_previous = st.UPDATE_RATIO in needed or bool(tolerances)
-    keep = [st.kept_view(v, p, f"previous[{i}]") if keep_previous and p is not None else None
-            for i, (v, p) in enumerate(zip(values, prevs))]
-    results: list[Any] = [None] * len(values)
-    batch = _Batch()
     compiled = _engine.kernels()
-    for index, (value, prev) in enumerate(zip(values, prevs)):
-        flat, kind = flat_kind(value, bfloat16=bfloat16)
+    found = BatchTotals(len(values), needed, ranges, tolerances, wants_previous, compiled)
+    batch = _Batch()
+    for index, (value, prev, (flat, kind)) in enumerate(zip(values, prevs, flats)):
         n = flat.shape[0]
+        found.has_previous_list[index] = prev is not None
         if n > st.SMALL_TENSOR and compiled is None:
-            results[index] = st.compute_statistics(value, prev, needed, ranges=ranges, allclose_tolerances=tolerances,
-                                                   bfloat16=bfloat16, keep_previous=keep[index] is not None)
+            totals, n, dtype_name, paired = st.statistics_totals(value, prev, needed, ranges, tolerances,
+                                                                 bfloat16=bfloat16, keep_into=keep[index])
+            found.set_totals(index, totals, n, dtype_name, paired)
             continue
         dtype_name = dtype_text(value, kind)
         prev_flat = prev_kind = None
@@ -74,20 +91,138 @@ def compute_statistics_batch(values: Sequence[Any], previous: Sequence[Any] | No
             if candidate.shape[0] == n:
                 prev_flat, prev_kind = candidate, candidate_kind
         if n > st.SMALL_TENSOR:   # what compute_statistics does, without checking the request again per tensor
-            totals, kept = _engine.compiled_totals(compiled, flat, kind, prev_flat, prev_kind, needed, ranges,
-                                                   tolerances, st.chunk_elements(kind), keep[index])
-            results[index] = st._finish(totals, n, dtype_name, needed, ranges, tolerances, prev is not None,
-                                        wants_previous, prev_flat is not None)
+            fstate, istate, counts, kept = _engine.compiled_state(compiled, flat, kind, prev_flat, prev_kind, needed,
+                                                                  ranges, tolerances, st.chunk_elements(kind),
+                                                                  keep[index])
+            found.set_state(index, fstate, istate, counts, n, dtype_name, prev_flat is not None)
             if keep[index] is not None and not kept:
                 np.copyto(keep[index], flat.view(keep[index].dtype))
             continue
         batch.add(index, _as_float64_source(flat, kind), dtype_name, prev is not None,
                   None if prev_flat is None else _as_float64_source(prev_flat, prev_kind))
-    for index, stats in batch.finish(needed, ranges, tolerances, wants_previous):
-        results[index] = stats
+    batch.finish(found)
+    for index in batch.indices:
         if keep[index] is not None:   # small tensors: their previous values were read into the batch buffer
             np.copyto(keep[index], np.asarray(values[index]).reshape(-1))
-    return results
+    return found
+
+
+def _one_per_value(field_name: str, entries: Sequence[Any] | None, count: int) -> list:
+    if entries is None:
+        return [None] * count
+    entries = list(entries)
+    if len(entries) != count:
+        from msdebug_hooks.errors import ConfigError
+        raise ConfigError(field_name, f"{len(entries)} entries",
+                          f"one entry per value ({count}), None where there is none")
+    return entries
+
+
+class BatchTotals:
+    """The running totals of a batch's tensors, one row per tensor: the compiled pass's state arrays as they are
+    (``fstate`` / ``istate`` / ``counts`` rows), or, on numpy's fallback, one totals object per tensor. ``columns``
+    gives every total over all tensors as arrays; ``statistics(j)`` the ``TensorStatistics`` of one tensor."""
+
+    def __init__(self, size: int, needed: frozenset[str], ranges: tuple[tuple[float, float], ...],
+                 tolerances: tuple[tuple[float, float], ...], wants_previous: bool, compiled: Any) -> None:
+        self.size = size
+        self.needed, self.ranges, self.tolerances = needed, ranges, tolerances
+        self.wants_previous = wants_previous
+        self.counts_list = [0] * size          # per tensor, as Python values (``count`` etc. are the arrays)
+        self.dtypes = [""] * size
+        self.has_previous_list = [False] * size
+        self.paired_list = [False] * size
+        self._k = compiled
+        n_counts = len(ranges) + len(tolerances)
+        if compiled is not None:
+            self.fstate, self.istate, self.counts = _engine.new_state(compiled, size, n_counts)
+        self._rows: list[Any] = [None] * size
+
+    def set_state(self, index: int, fstate: np.ndarray, istate: np.ndarray, counts: np.ndarray, n: int,
+                  dtype_name: str, paired: bool) -> None:
+        self.fstate[index], self.istate[index], self.counts[index] = fstate, istate, counts
+        self.describe(index, n, dtype_name, paired)
+
+    def set_totals(self, index: int, totals: Any, n: int, dtype_name: str, paired: bool) -> None:
+        self._rows[index] = totals
+        self.describe(index, n, dtype_name, paired)
+
+    def describe(self, index: int, n: int, dtype_name: str, paired: bool) -> None:
+        self.counts_list[index] = n
+        self.dtypes[index] = dtype_name
+        self.paired_list[index] = paired
+
+    @property
+    def count(self) -> np.ndarray:
+        """Element count per tensor."""
+        return np.array(self.counts_list, np.int64)
+
+    @property
+    def has_previous(self) -> np.ndarray:
+        """Per tensor, whether a previous value was given."""
+        return np.array(self.has_previous_list, np.bool_)
+
+    @property
+    def paired(self) -> np.ndarray:
+        """Per tensor, whether its previous value was read element by element (same element count)."""
+        return np.array(self.paired_list, np.bool_)
+
+    def totals(self, index: int) -> Any:
+        """The running totals of one tensor, as ``stats._finish`` reads them."""
+        found = self._rows[index]
+        if found is None:
+            found = _engine.totals(self._k, self.fstate[index], self.istate[index], self.counts[index],
+                                   len(self.ranges))
+        return found
+
+    def statistics(self, index: int) -> st.TensorStatistics:
+        return st._finish(self.totals(index), self.counts_list[index], self.dtypes[index], self.needed, self.ranges,
+                          self.tolerances, self.has_previous_list[index], self.wants_previous,
+                          self.paired_list[index])
+
+    def columns(self) -> Any:
+        """Every running total over all tensors, as arrays: the fields ``stats._finish`` reads, ``in_range`` and
+        ``close`` of shape (tensors, ranges) and (tensors, tolerances)."""
+        if self._k is not None and all(row is None for row in self._rows):
+            return _StateColumns(self._k, self.fstate, self.istate, self.counts, len(self.ranges))
+        rows = [self.totals(j) for j in range(self.size)]
+        out = SimpleNamespace()
+        for name, dtype in (("nan", np.int64), ("pinf", np.int64), ("ninf", np.int64), ("zero", np.int64),
+                            ("pos", np.int64), ("any_number", np.bool_), ("mx", np.float64), ("mn", np.float64),
+                            ("sum", np.float64), ("mean", np.float64), ("m2", np.float64),
+                            ("abs_sum", np.float64), ("diff_sum", np.float64), ("prev_abs_sum", np.float64)):
+            setattr(out, name, np.array([getattr(t, name) for t in rows], dtype))
+        out.in_range = np.array([list(t.in_range) for t in rows], np.int64).reshape(self.size, len(self.ranges))
+        out.close = np.array([list(t.close) for t in rows], np.bool_).reshape(self.size, len(self.tolerances))
+        return out
+
+
+class _StateColumns:
+    """The columns of the compiled pass's state arrays under the names of ``stats._Accumulator``'s totals, each
+    taken when first read (a check reads a few of them)."""
+
+    _SLOTS = {"nan": ("i", "I_NAN"), "pinf": ("i", "I_PINF"), "ninf": ("i", "I_NINF"), "zero": ("i", "I_ZERO"),
+              "pos": ("i", "I_POS"), "mx": ("f", "F_MAX"), "mn": ("f", "F_MIN"), "sum": ("f", "F_SUM"),
+              "mean": ("f", "F_MEAN"), "m2": ("f", "F_M2"), "abs_sum": ("f", "F_ABS"), "diff_sum": ("f", "F_DIFF"),
+              "prev_abs_sum": ("f", "F_PREV_ABS")}
+
+    def __init__(self, k: Any, fstate: np.ndarray, istate: np.ndarray, counts: np.ndarray, n_ranges: int) -> None:
+        self._k, self._f, self._i, self._c, self._n_ranges = k, fstate, istate, counts, n_ranges
+
+    def __getattr__(self, name: str) -> np.ndarray:   # only for names not read yet
+        if name == "any_number":
+            value = self._i[:, self._k.I_ANY] != 0
+        elif name == "in_range":
+            value = self._c[:, :self._n_ranges]
+        elif name == "close":
+            value = self._c[:, self._n_ranges:] == self._i[:, self._k.I_N, None]
+        elif name in self._SLOTS:
+            state, slot = self._SLOTS[name]
+            value = (self._f if state == "f" else self._i)[:, getattr(self._k, slot)]
+        else:
+            raise AttributeError(name)
+        setattr(self, name, value)
+        return value
 
 
 def _as_float64_source(flat: np.ndarray, kind: str) -> np.ndarray:
@@ -113,21 +248,21 @@ class _Batch:
         self.has_previous.append(has_previous)
         self.prev_parts.append(prev_part)
 
-    def finish(self, needed: frozenset[str], ranges: tuple[tuple[float, float], ...],
-               tolerances: tuple[tuple[float, float], ...], wants_previous: bool) -> list[tuple[int, Any]]:
+    def finish(self, found: BatchTotals) -> None:
+        """Compute every segment's totals into ``found``."""
         if not self.parts:
-            return []
+            return
         counts = [p.shape[0] for p in self.parts]
-        totals: list[SimpleNamespace] = []
         for first, last in _groups(counts):
-            totals += _segment_totals(self.parts[first:last], np.array(counts[first:last], np.int64), needed,
-                                      ranges, tolerances, self.prev_parts[first:last])
-        out = []
-        for k, index in enumerate(self.indices):
-            paired = self.prev_parts[k] is not None
-            out.append((index, st._finish(totals[k], counts[k], self.dtypes[k], needed, ranges, tolerances,
-                                          self.has_previous[k], wants_previous, paired)))
-        return out
+            indices = self.indices[first:last]
+            totals = _segment_totals(self.parts[first:last], np.array(counts[first:last], np.int64), found,
+                                     self.prev_parts[first:last], indices)
+            for k, index in enumerate(indices, start=first):
+                if totals is not None:
+                    found.set_totals(index, totals[k - first], counts[k], self.dtypes[k],
+                                     self.prev_parts[k] is not None)
+                else:
+                    found.describe(index, counts[k], self.dtypes[k], self.prev_parts[k] is not None)
 
 
 def _groups(counts: list[int]) -> Iterable[tuple[int, int]]:
@@ -143,14 +278,16 @@ def _groups(counts: list[int]) -> Iterable[tuple[int, int]]:
         yield first, len(counts)
 
 
-def _segment_totals(parts: list[np.ndarray], counts: np.ndarray, needed: frozenset[str],
-                    ranges: tuple[tuple[float, float], ...], tolerances: tuple[tuple[float, float], ...],
-                    prev_parts: list[np.ndarray | None]) -> list[SimpleNamespace]:
-    """Per segment, the running totals ``stats._finish`` reads (the fields of ``stats._Accumulator``)."""
+def _segment_totals(parts: list[np.ndarray], counts: np.ndarray, found: BatchTotals,
+                    prev_parts: list[np.ndarray | None], indices: list[int]) -> list[SimpleNamespace] | None:
+    """Per segment, the running totals ``stats._finish`` reads (the fields of ``stats._Accumulator``); the compiled
+    pass writes them into ``found``'s state rows ``indices`` instead (and None is returned)."""
     m = len(parts)
+    needed, ranges, tolerances = found.needed, found.ranges, found.tolerances
     compiled = _engine.kernels()
     if compiled is not None:
-        return _compiled_segment_totals(compiled, parts, counts, needed, ranges, tolerances, prev_parts)
+        _compiled_segment_totals(compiled, parts, counts, found, prev_parts, indices)
+        return None
     totals = [_empty_totals(len(ranges), len(tolerances)) for _ in range(m)]
     live = np.flatnonzero(counts)               # reduceat cannot express an empty segment: they keep the zeros
     if live.size == 0:
@@ -202,11 +339,12 @@ def _segment_totals(parts: list[np.ndarray], counts: np.ndarray, needed: frozens
     return totals
 
 
-def _compiled_segment_totals(k: Any, parts: list[np.ndarray], counts: np.ndarray, needed: frozenset[str],
-                             ranges: tuple[tuple[float, float], ...], tolerances: tuple[tuple[float, float], ...],
-                             prev_parts: list[np.ndarray | None]) -> list[SimpleNamespace]:
+def _compiled_segment_totals(k: Any, parts: list[np.ndarray], counts: np.ndarray, found: BatchTotals,
+                             prev_parts: list[np.ndarray | None], indices: list[int]) -> None:
     """The same totals from one call of the compiled pass over the concatenated float64 buffer
-    (``_kernels.accumulate_segments``: each segment is summed exactly as ``compute_statistics`` sums it)."""
+    (``_kernels.accumulate_segments``: each segment is summed exactly as ``compute_statistics`` sums it), written
+    into ``found``'s state rows ``indices``."""
+    needed, ranges, tolerances = found.needed, found.ranges, found.tolerances
     m = len(parts)
     starts = np.zeros(m + 1, np.int64)
     np.cumsum(counts, out=starts[1:])
@@ -221,7 +359,8 @@ def _compiled_segment_totals(k: Any, parts: list[np.ndarray], counts: np.ndarray
     k.accumulate_segments(buf, buf.view(np.int64), pbuf, starts, paired, _engine.pass_mode(k, needed),
                           _engine.range_bounds(ranges, np.dtype(np.float64)),
                           _engine.tolerance_array(tolerances), fstate, istate, seg_counts)
-    return _engine.totals_rows(k, fstate, istate, seg_counts, len(ranges))
+    rows = np.asarray(indices)
+    found.fstate[rows], found.istate[rows], found.counts[rows] = fstate, istate, seg_counts
 
 
 def _empty_totals(n_ranges: int, n_tolerances: int) -> SimpleNamespace:

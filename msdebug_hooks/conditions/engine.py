@@ -10,8 +10,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from msdebug_hooks.conditions import stats as st
-from msdebug_hooks.conditions.batch import compute_statistics_batch
+from msdebug_hooks.conditions.batch import batch_totals, compute_statistics_batch
 from msdebug_hooks.conditions.conditions import Condition, ConditionResult, OperatorOverflowCondition, ParamResult
+from msdebug_hooks.conditions.judging import reportable_pairs
 from msdebug_hooks.errors import ConfigError
 
 
@@ -78,7 +79,7 @@ def check_tensors(conditions: Sequence[Condition], tensors: Iterable[Any], previ
     prevs = list(previous) if previous is not None else [None] * len(values)
     active = [c for c in conditions if not isinstance(c, OperatorOverflowCondition)]
     if not active or any(not isinstance(c, Condition) for c in conditions):
-        return _one_by_one(conditions, values, prevs, keep_previous)   # check_many names a bad condition
+        return _one_by_one(conditions, values, prevs, prevs if keep_previous else None)   # names a bad condition
     need, ranges, tolerances = statistics_plan(active)
     wants_previous = any(c.needs_previous for c in active)
     try:
@@ -86,15 +87,86 @@ def check_tensors(conditions: Sequence[Condition], tensors: Iterable[Any], previ
                                              ranges=ranges, allclose_tolerances=tolerances,
                                              keep_previous=keep_previous)
     except st.UnsupportedDtypeError:   # one tensor the engine does not analyse: each gets its own note
-        return _one_by_one(conditions, values, prevs, keep_previous)
+        return _one_by_one(conditions, values, prevs, prevs if keep_previous else None)
     return [[c.evaluate(None) if isinstance(c, OperatorOverflowCondition) else c.evaluate(stats) for c in conditions]
             for stats in all_stats]
 
 
+def find_hits(conditions: Sequence[Condition], tensors: Iterable[Any], previous: Iterable[Any] | None = None, *,
+              keep_previous: bool = False,
+              keep_into: Iterable[Any] | None = None) -> list[tuple[int, int, ConditionResult]]:
+    """The reportable results of ``check_tensors`` (hit, or an error code), as (tensor index, condition index,
+    result), in (tensor, condition) order, without judging every pair in Python.
+
+    The batch's statistics are judged as arrays (one comparison per condition parameter over all tensors,
+    ``judging``); only the pairs found reportable are evaluated by ``Condition.evaluate`` on their tensor's
+    ``TensorStatistics``, so a result is exactly the one ``check_tensors`` gives. ``keep_previous=True`` as in
+    ``check_tensors``; ``keep_into`` (one entry per tensor, None or a writable C-contiguous array of its dtype and
+    size) receives each tensor's values instead, copied in the statistics pass where possible: a caller keeping
+    last step's values in a second buffer (so that ``previous`` stays as it was) pays no separate copy pass.
+    """
+    values = list(tensors)
+    prevs = list(previous) if previous is not None else [None] * len(values)
+    if keep_previous and keep_into is not None:
+        raise ConfigError("keep_into", "given with keep_previous=True", "one of them: keep_previous copies into "
+                                                                         "previous, keep_into into other arrays")
+    targets = prevs if keep_previous else (list(keep_into) if keep_into is not None else None)
+    plan = _batch_plan(conditions)
+    if plan is None:
+        return _reportable(_one_by_one(conditions, values, prevs, targets))
+    need, ranges, tolerances, wants_previous = plan
+    try:
+        found = batch_totals(values, prevs if wants_previous or targets is not None else None, need, ranges=ranges,
+                             allclose_tolerances=tolerances, keep_into=targets)
+    except st.UnsupportedDtypeError:   # nothing was computed or copied: each tensor gets its own note
+        return _reportable(_one_by_one(conditions, values, prevs, targets))
+    hits: list[tuple[int, int, ConditionResult]] = []
+    statistics: dict[int, st.TensorStatistics] = {}
+    for tensor, index in reportable_pairs(conditions, found):
+        stats = statistics.get(tensor)
+        if stats is None:
+            stats = statistics[tensor] = found.statistics(tensor)
+        condition = conditions[index]
+        result = condition.evaluate(None if isinstance(condition, OperatorOverflowCondition) else stats)
+        if result.reportable:
+            hits.append((tensor, index, result))
+    return hits
+
+
+_PLANS: dict[tuple, tuple] = {}   # condition list -> its statistics plan (a debugger checks the same list each step)
+
+
+def _batch_plan(conditions: Sequence[Condition]) -> tuple[frozenset[str], tuple, tuple, bool] | None:
+    """(statistics needed, ranges, tolerances, whether a previous value is read) for a batch, or None when
+    ``check_many`` must judge one by one (no condition that reads values, or an entry that is not a condition)."""
+    if any(not isinstance(c, Condition) for c in conditions):
+        return None
+    key = tuple(conditions)       # conditions hash and compare by type and parameters
+    plan = _PLANS.get(key)
+    if plan is None:
+        active = [c for c in conditions if not isinstance(c, OperatorOverflowCondition)]
+        if not active:
+            return None
+        need, ranges, tolerances = statistics_plan(active)
+        if len(_PLANS) > 64:
+            _PLANS.clear()
+        plan = _PLANS[key] = (st.checked_statistic_names(need), tuple(ranges), tuple(tolerances),
+                              any(c.needs_previous for c in active))
+    return plan
+
+
+def _reportable(results: list[list[ConditionResult]]) -> list[tuple[int, int, ConditionResult]]:
+    return [(t, c, r) for t, per_tensor in enumerate(results) for c, r in enumerate(per_tensor) if r.reportable]
+
+
 def _one_by_one(conditions: Sequence[Condition], values: list, prevs: list,
-                keep_previous: bool) -> list[list[ConditionResult]]:
-    keep = [st.kept_view(v, p, f"previous[{i}]") if keep_previous and p is not None else None
-            for i, (v, p) in enumerate(zip(values, prevs))]
+                targets: list | None) -> list[list[ConditionResult]]:
+    """``check_many`` per tensor; ``targets`` (None, or one entry per tensor) receive the values afterwards."""
+    if targets is not None and len(targets) != len(values):
+        raise ConfigError("keep_into", f"{len(targets)} entries", f"one entry per value ({len(values)})")
+    field_name = "previous" if targets is prevs else "keep_into"
+    keep = [st.kept_view(v, t, f"{field_name}[{i}]") if targets is not None and t is not None else None
+            for i, (v, t) in enumerate(zip(values, targets or [None] * len(values)))]
     results = [check_many(conditions, v, p) for v, p in zip(values, prevs)]
     for value, target in zip(values, keep):
         if target is not None:
@@ -102,4 +174,4 @@ def _one_by_one(conditions: Sequence[Condition], values: list, prevs: list,
     return results
 
 
-__all__ = ["check_many", "check_tensors", "statistics_plan"]
+__all__ = ["check_many", "check_tensors", "find_hits", "statistics_plan"]

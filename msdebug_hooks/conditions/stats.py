@@ -340,10 +340,25 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
     needed = checked_statistic_names(needed)
     ranges = tuple((float(a), float(b)) for a, b in ranges)
     tolerances = tuple((float(r), float(a)) for r, a in allclose_tolerances)
+    keep = kept_view(value, previous) if keep_previous and previous is not None else None
+    totals, n, dtype_name, pair_previous = statistics_totals(value, previous, needed, ranges, tolerances,
+                                                             bfloat16=bfloat16, chunk_bytes=chunk_bytes,
+                                                             keep_into=keep)
+    wants_previous = UPDATE_RATIO in needed or bool(tolerances)
+    return _finish(totals, n, dtype_name, needed, ranges, tolerances, previous is not None, wants_previous,
+                   pair_previous)
+
+
+def statistics_totals(value: Any, previous: Any, needed: frozenset[str], ranges: tuple[tuple[float, float], ...],
+                      tolerances: tuple[tuple[float, float], ...], *, bfloat16: bool = False,
+                      chunk_bytes: int = CHUNK_BYTES,
+                      keep_into: np.ndarray | None = None) -> tuple[Any, int, str, bool]:
+    """(running totals as ``_finish`` reads them, element count, dtype text, whether ``previous`` was paired
+    element by element) of one tensor: ``compute_statistics`` before its final formulas. Arguments already
+    checked; ``keep_into`` (a ``kept_view``) receives ``value`` afterwards."""
     flat, kind = _flat(value, bfloat16=bfloat16)
     n = flat.shape[0]
     dtype_name = dtype_text(value, kind)
-    keep = kept_view(value, previous) if keep_previous and previous is not None else None
     value_flat = flat  # before any conversion: what ``keep`` receives
     prev_flat = prev_kind = None
     has_previous = previous is not None
@@ -360,7 +375,7 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
     compiled = _engine.kernels() if n else None
     if compiled is not None:
         totals, kept = _engine.compiled_totals(compiled, flat, kind, prev_flat if pair_previous else None,
-                                               prev_kind, needed, ranges, tolerances, chunk, keep)
+                                               prev_kind, needed, ranges, tolerances, chunk, keep_into)
     else:
         totals = _Accumulator(work, chunk if n >= chunk else max(n, 1), needed, ranges, tolerances, pair_previous)
         kept = False
@@ -369,9 +384,9 @@ def compute_statistics(value: Any, previous: Any = None, needed: Collection[str]
             with np.errstate(all="ignore"), single_threaded_blas():  # NaN/Inf are data here, not accidents
                 for c in _chunks(flat, kind, chunk, work):
                     totals.add_chunk(c, next(prev_chunks) if prev_chunks is not None else None)
-    if keep is not None and not kept:
-        np.copyto(keep, value_flat.view(keep.dtype))
-    return _finish(totals, n, dtype_name, needed, ranges, tolerances, has_previous, wants_previous, pair_previous)
+    if keep_into is not None and not kept:
+        np.copyto(keep_into, value_flat.view(keep_into.dtype))
+    return totals, n, dtype_name, pair_previous
 
 
 def kept_view(value: Any, previous: Any, field_name: str = "previous") -> np.ndarray:

@@ -243,7 +243,7 @@ class DebuggerSession:
             return self._decision_for_state()
         self.step += 1
         self.tensors.forget_current()
-        hits = self.table.check(initial=self._initial, step_end=True)
+        hits = self.table.check(initial=self._initial, step_end=True, keep=True)   # copies for keep_previous
         free = self._free
         if free is not None:
             if not hits and free.goes_on():       # no hit, steps left, the server has not called: run on
@@ -390,7 +390,8 @@ class DebuggerSession:
             _LOG.warning("debugger: %d watchpoint hit(s) not delivered: %s", len(hits), exc)
 
     def _leave_suspension(self) -> None:
-        """Keep previous-step copies of the watched parameters, then run."""
+        """Keep previous-step copies of the watched parameters (those the step end's check copied are taken as
+        they are), then run."""
         self.tensors.keep_previous(self.table.watched_parameters())
         self._initial = False
         self.state = SessionState.RUNNING

@@ -8,8 +8,13 @@ light source over the graph's parameters and loss through ``as_source``.
 
 Values are read lazily, at most once per suspension point (``current`` caches them until ``forget_current``).
 Previous-step copies are kept only for the tensors the session names in ``keep_previous`` (the watched parameters,
-as MindSpore did), on output slot 0 only. They live in one buffer per dtype, filled by one ``np.concatenate`` per
-step: one copy of each watched tensor and no per-tensor allocation (a transformer has hundreds of parameters).
+as MindSpore did), on output slot 0 only. Each such tensor has two buffers that take turns: one holds the value at
+the last suspension point (``previous``), the other receives the current value during the step end's check, which
+copies a tensor while it reads it (``keep_target``, ``find_hits(keep_into=...)``): a watched parameter is read once
+per step and copied in the same pass. The previous value stays intact until the suspension ends, so a recheck in
+the suspension still compares with the last step; ``keep_previous`` then swaps the buffers of the tensors kept in
+the pass (parameters cannot change while training is suspended) and copies the others (e.g. tensors a watchpoint
+set during the suspension watches, or the initial suspension's). The buffers are allocated once and reused.
 """
 from __future__ import annotations
 
@@ -34,7 +39,8 @@ class TensorSource(ABC):
     def __init__(self) -> None:
         self._current: dict[str, Optional[np.ndarray]] = {}
         self._previous: dict[str, np.ndarray] = {}
-        self._copies = PreviousCopies()
+        self._spare: dict[str, np.ndarray] = {}   # the other buffer of each kept tensor: next step's previous value
+        self._kept_now: set[str] = set()          # tensors whose spare buffer holds their value at this point
 
     # -- what a source says about itself ------------------------------------------------------------------------
     @abstractmethod
@@ -68,30 +74,59 @@ class TensorSource(ABC):
         """The value at the last suspension point, for the tensors named in ``keep_previous``."""
         return self._previous.get(tensor) if slot == "0" else None
 
+    def keep_target(self, tensor: str, value: np.ndarray, slot: str = "0") -> Optional[np.ndarray]:
+        """A buffer for a check to copy ``value`` (this tensor's current value) into while it reads it; it becomes
+        the previous value when the suspension ends, once ``kept_in_pass`` names the tensor. None for slots other
+        than 0, which have no previous value."""
+        if slot != "0":
+            return None
+        buffer = self._spare.get(tensor)
+        if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
+            buffer = self._spare[tensor] = np.empty(value.shape, value.dtype)
+        return buffer
+
+    def kept_in_pass(self, tensors: Iterable[str]) -> None:
+        """These tensors' ``keep_target`` buffers now hold their current values (the check copied them)."""
+        self._kept_now.update(tensors)
+
     def keep_previous(self, tensors: Iterable[str]) -> None:
-        """A suspension ends: copy these tensors' current values into the previous-step buffers, forget the rest."""
-        if tensors:
-            values = [(name, value) for name in tensors if (value := self.current(name)) is not None]
-            self._previous = self._copies.keep(values)
-        elif self._previous:
-            self._previous = {}
-            self._copies = PreviousCopies()
+        """A suspension ends: these tensors' current values become the previous-step values (the buffers filled
+        by this step's check are taken as they are, the others copied), the rest are forgotten."""
+        kept: dict[str, np.ndarray] = {}
+        for name in tensors:
+            value = self.current(name)
+            if value is None:
+                continue
+            buffer = self._spare.pop(name, None)
+            if name not in self._kept_now or buffer is None:
+                value = np.asarray(value)
+                if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
+                    buffer = np.empty(value.shape, value.dtype)
+                np.copyto(buffer, value)
+            kept[name] = buffer
+        # last step's buffers of the tensors still kept receive the next step's values
+        self._spare = {name: old for name, old in self._previous.items() if name in kept}
+        self._previous = kept
+        self._kept_now.clear()
         self._current.clear()
 
     def forget_current(self) -> None:
         """The values read so far are stale (a step ran, or a view must read again)."""
         self._current.clear()
+        self._kept_now.clear()
 
     def start_over(self) -> None:
         """A new session, or the session starts over (a reconnect): no values held, no previous-step copies."""
         self._previous = {}
-        self._copies = PreviousCopies()
+        self._spare = {}
+        self._kept_now.clear()
         self._current.clear()
 
 
 class PreviousCopies:
-    """Previous-step copies of many tensors in one contiguous buffer per dtype, reused while the set of tensors,
-    their shapes and dtypes stay the same (they do, step after step)."""
+    """Copies of many tensors in one contiguous buffer per dtype, reused while the set of tensors, their shapes and
+    dtypes stay the same (they do, step after step): one ``np.concatenate`` per dtype for a set of copies.
+    (``TensorSource`` no longer uses it: its previous values are filled by the check's own pass.)"""
 
     def __init__(self) -> None:
         self._layout: list = []

@@ -6,8 +6,10 @@ parameter the server sent, with ``hit`` and ``actual_value`` where evaluated (do
 Capturing sources (``TensorSource.capturable``) are told which nodes are watched or viewed, so only those cost.
 
 Why batches: a UI watchpoint watches every weight, so a step checks tens to hundreds of tensors against the same
-condition list. The tensors that share one list are evaluated in one ``check_tensors`` call (batched statistics),
-whose cost is about one pass over their bytes plus a constant, instead of a constant per tensor.
+condition list. The tensors that share one list are evaluated in one ``find_hits`` call (batched statistics, judged
+as arrays; only reportable pairs become results), whose cost is about one pass over their bytes plus a constant,
+instead of a constant per tensor. A step end's check also copies the watched parameters for the next step's change
+conditions in that same pass (``TensorSource.keep_target``).
 """
 from __future__ import annotations
 
@@ -18,8 +20,7 @@ import numpy as np
 
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
 from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
-from msdebug_hooks.conditions import (Condition, ConditionResult, check_tensors, should_evaluate,
-                                      warm_up_statistics)
+from msdebug_hooks.conditions import Condition, ConditionResult, find_hits, should_evaluate, warm_up_statistics
 from msdebug_hooks.conditions.protocol import from_protocol
 from msdebug_hooks.debugger.graph import DebugGraph
 from msdebug_hooks.debugger.sources import TensorSource
@@ -32,7 +33,7 @@ Entries = list[tuple["ReceivedWatchpoint", str]]   # (watchpoint, watch-node nam
 
 @dataclass
 class _Batch:
-    """Tensors watched by the same watchpoints in the same order: one ``check_tensors`` call evaluates them all.
+    """Tensors watched by the same watchpoints in the same order: one ``find_hits`` call evaluates them all.
     ``tensors`` holds (order of the tensor among all watched ones, tensor name, its entries)."""
 
     conditions: list[Condition]
@@ -138,29 +139,40 @@ class WatchpointTable:
                                                      f"{missing[0][:200]!r}: {self.source.why_not(missing[0])}")
 
     # -- evaluation ---------------------------------------------------------------------------------------------
-    def check(self, *, initial: bool, step_end: bool) -> list[pb.WatchpointHit]:
+    def check(self, *, initial: bool, step_end: bool, keep: bool = False) -> list[pb.WatchpointHit]:
         """Evaluate every live watchpoint on every tensor it watches that the source holds, the tensors sharing a
         condition list together. Returns the hits to report (hit, or NaN/Inf/no-previous errors, as MindSpore
-        reported), in the order of the tensors as the watchpoints name them."""
+        reported), in the order of the tensors as the watchpoints name them.
+
+        ``keep=True`` (a step end's check): the watched parameters' values are copied into the source's
+        ``keep_target`` buffers in the same pass that reads them, so that ``keep_previous`` at the end of the
+        suspension need not read them again."""
         if not self.by_id:
             return []
         found: list[tuple[int, list[pb.WatchpointHit]]] = []
         source = self.source
+        kept_parameters = self.watched_parameters() if keep else ()
         for batch in self._batches(initial, step_end):
-            items = []                 # (order, entries, slot, value, previous)
+            items = []                 # (order, entries, slot, value, previous, tensor)
             for order, tensor, entries in batch.tensors:
                 for slot in source.slots(tensor):
                     value = source.current(tensor, slot)
                     if value is not None:
-                        items.append((order, entries, slot, value, source.previous(tensor, slot)))
+                        items.append((order, entries, slot, value, source.previous(tensor, slot), tensor))
             if not items:
                 continue
-            results = check_tensors(batch.conditions, [item[3] for item in items], [item[4] for item in items])
-            for (order, entries, slot, _, _), per_tensor in zip(items, results):
-                hits = [_hit(wp, node, result, slot) for (wp, node), result in zip(entries, per_tensor)
-                        if result.reportable]
-                if hits:
-                    found.append((order, hits))
+            targets = [source.keep_target(tensor, value, slot)
+                       if tensor in kept_parameters and isinstance(value, np.ndarray) else None
+                       for _, _, slot, value, _, tensor in items]
+            hits = find_hits(batch.conditions, [item[3] for item in items], [item[4] for item in items],
+                             keep_into=targets if any(t is not None for t in targets) else None)
+            source.kept_in_pass(item[5] for item, target in zip(items, targets) if target is not None)
+            per_item: dict[int, list[pb.WatchpointHit]] = {}
+            for index, condition_index, result in hits:
+                order, entries, slot = items[index][:3]
+                wp, node = entries[condition_index]
+                per_item.setdefault(index, []).append(_hit(wp, node, result, slot))
+            found += [(items[index][0], item_hits) for index, item_hits in per_item.items()]
         found.sort(key=lambda pair: pair[0])     # stable: a tensor's slots keep their order
         return [hit for _, hits in found for hit in hits]
 
