@@ -180,7 +180,7 @@ def test_a_weight_given_new_storage_is_read_from_there():
 def test_parameter_views_follow_in_place_updates_and_moves():
     from mindspore import Parameter, ops
 
-    from msdebug_hooks.callbacks._parameter_views import ParameterViews
+    from msdebug_hooks.parameter_views import ParameterViews
 
     params = [Parameter(ms.Tensor(np.ones((3, 4), np.float32)), name="a"),
               Parameter(ms.Tensor(np.zeros(5, np.float32)), name="b")]

@@ -3,7 +3,7 @@
 The docs' recipe for "are my weights updating?" is to save two checkpoints and compare them by hand; MindInsight's
 weight watchpoints (not changed / change too large / overflow) did it online until they were removed. This callback
 brings those checks back into training, with the watchpoint engine's conditions as the judge, cheaply enough to run
-every step: the parameters are read through views kept from one step to the next (``_parameter_views``), copied
+every step: the parameters are read through views kept from one step to the next (``msdebug_hooks.parameter_views``), copied
 once per check into one preallocated flat buffer where a few cache-friendly passes (``_weight_screen``) pick the
 parameters that might hit, and only those go to the engine's ``check_tensors`` (one statistics pass for all of them
 and all conditions), which decides.
@@ -20,7 +20,7 @@ from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.stop_agreement import AgreedStop, StopDecision
-from msdebug_hooks.callbacks._parameter_views import ParameterViews
+from msdebug_hooks.parameter_views import ParameterViews
 from msdebug_hooks.callbacks._weight_screen import WeightScreen
 from msdebug_hooks.conditions import warm_up_statistics
 from msdebug_hooks.training_loop import request_stop

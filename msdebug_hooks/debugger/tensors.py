@@ -12,6 +12,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from msdebug_hooks.parameter_views import ParameterViews
 from msdebug_hooks.training_loop import loss_value
 from msdebug_hooks.debugger.capture import CellCapture, to_numpy
 from msdebug_hooks.debugger.graph import DATA_INPUT, LABEL_INPUT, DebugGraph
@@ -30,6 +31,7 @@ class NetworkTensors(GraphTensorSource):
         self._outputs: Any = None
         self._inputs: Any = ()                 # the step's batch as MindSpore gave it (a list or tuple)
         self._params: Any = None               # the run context's parameters, read only when asked (set_step)
+        self._views = ParameterViews(read=to_numpy)   # parameter values without an asnumpy per read and step
 
     @property
     def loss(self) -> Optional[float]:
@@ -102,4 +104,4 @@ class NetworkTensors(GraphTensorSource):
         param = self.graph.parameters.get(name)
         if param is None or param.source is None:
             return None
-        return to_numpy(param.source)
+        return self._views.value(param.source)

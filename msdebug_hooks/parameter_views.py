@@ -13,32 +13,36 @@ A view needs no synchronisation: when a CPU training step's end hooks run, MindS
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 
 class ParameterViews:
-    """Current values of a fixed list of MindSpore parameters, as numpy arrays (read-only use)."""
+    """Current values of MindSpore parameters as numpy arrays (read-only use): a fixed list (``arrays``) or any
+    parameter asked for by object (``value``), each view reused while its parameter keeps its storage."""
 
-    def __init__(self, params: Sequence[Any]) -> None:
+    def __init__(self, params: Sequence[Any] = (), *,
+                 read: Callable[[Any], np.ndarray] = lambda param: param.asnumpy()) -> None:
         self._params = list(params)
-        self._views: list[np.ndarray] = []
-        self._addresses: list[int] = []
+        self._read = read
+        self._cached: dict[int, tuple[Any, np.ndarray, int]] = {}   # id(param) -> (param, view, view address)
         for param in self._params:
-            view = param.asnumpy()
-            self._views.append(view)
-            self._addresses.append(_array_address(view))
+            self.value(param)
+
+    def value(self, param: Any) -> np.ndarray:
+        """The parameter's value now: the cached view if its storage did not move, else a fresh read (``read``:
+        ``asnumpy``, or the caller's, e.g. one that converts bfloat16)."""
+        cached = self._cached.get(id(param))
+        if cached is not None and cached[0] is param and _storage_address(param) == cached[2]:
+            return cached[1]
+        view = self._read(param)
+        self._cached[id(param)] = (param, view, _array_address(view))
+        return view
 
     def arrays(self) -> list[np.ndarray]:
-        """The values now: cached views where the storage did not move, fresh ``asnumpy`` reads elsewhere."""
-        views, addresses = self._views, self._addresses
-        for index, param in enumerate(self._params):
-            if _storage_address(param) != addresses[index]:
-                view = param.asnumpy()
-                views[index] = view
-                addresses[index] = _array_address(view)
-        return views
+        """The values of the list given at construction, in its order."""
+        return [self.value(param) for param in self._params]
 
 
 def _array_address(array: np.ndarray) -> int:
