@@ -1,6 +1,6 @@
-"""Issue 14: the online debugger checks the tensors that share a condition list in one batched statistics call, and
-keeps previous-step copies in one buffer per dtype. Both must change nothing a server sees: the hits (which, in
-which order, with which values and error codes) equal those of checking each tensor on its own with ``check_many``.
+"""Issue 14: the online debugger checks the tensors that share a condition list in one batched statistics call. That
+must change nothing a server sees: the hits (which, in which order, with which values and error codes) equal those
+of checking each tensor on its own with ``check_many``.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from msdebug_hooks._proto import debug_grpc_pb2 as pb
 from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
 from msdebug_hooks.conditions import check_many
 from msdebug_hooks.debugger.graph import DebugGraph, GraphParameter
-from msdebug_hooks.debugger.sources import PreviousCopies, ValuesByName
+from msdebug_hooks.debugger.sources import ValuesByName
 from msdebug_hooks.debugger.watchpoints import WatchpointTable, _hit
 
 Cond = pb.WatchCondition
@@ -80,26 +80,3 @@ def test_batched_hits_equal_one_by_one_hits_step_after_step():
         source.keep_previous(table.watched_parameters())
     assert compared > 20          # NaN, Inf, no-previous errors and real hits were all compared
 
-
-def _buffer(view: np.ndarray) -> np.ndarray:
-    while view.base is not None:
-        view = view.base
-    return view
-
-
-def test_previous_copies_share_one_buffer_per_dtype_and_follow_the_values():
-    copies = PreviousCopies()
-    a, b, c = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(4, np.float32), np.arange(3, dtype=np.int64)
-    kept = copies.keep([("a", a), ("b", b), ("c", c)])
-    assert _buffer(kept["a"]) is _buffer(kept["b"]) and _buffer(kept["a"]) is not _buffer(kept["c"])
-    assert not np.shares_memory(kept["a"], a)
-    first = kept["a"]
-    a += 10                                             # the live parameter moves on; the copy does not
-    np.testing.assert_array_equal(first, np.arange(6).reshape(2, 3))
-    kept = copies.keep([("a", a), ("b", b), ("c", c)])
-    assert kept["a"] is first                           # the same layout reuses the buffers
-    np.testing.assert_array_equal(kept["a"], a)
-    kept = copies.keep([("a", a), ("c", np.arange(5, dtype=np.int64))])   # a layout change: new buffers
-    assert set(kept) == {"a", "c"} and kept["c"].shape == (5,)
-    np.testing.assert_array_equal(kept["a"], a)
-    assert copies.keep([]) == {}

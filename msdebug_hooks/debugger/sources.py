@@ -25,7 +25,7 @@ import numpy as np
 
 from msdebug_hooks.debugger.graph import DebugGraph
 
-__all__ = ["TensorSource", "PreviousCopies", "GraphTensorSource", "ValuesByName", "TensorProvider", "as_source"]
+__all__ = ["TensorSource", "GraphTensorSource", "ValuesByName", "TensorProvider", "as_source"]
 
 TensorProvider = Callable[[str], Optional[np.ndarray]]
 
@@ -121,46 +121,6 @@ class TensorSource(ABC):
         self._spare = {}
         self._kept_now.clear()
         self._current.clear()
-
-
-class PreviousCopies:
-    """Copies of many tensors in one contiguous buffer per dtype, reused while the set of tensors, their shapes and
-    dtypes stay the same (they do, step after step): one ``np.concatenate`` per dtype for a set of copies.
-    (``TensorSource`` no longer uses it: its previous values are filled by the check's own pass.)"""
-
-    def __init__(self) -> None:
-        self._layout: list = []
-        self._groups: list[tuple[np.ndarray, list[int]]] = []   # (buffer, indices of the values it holds)
-        self._views: dict[str, np.ndarray] = {}
-
-    def keep(self, values: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        """Copy ``(name, value)`` pairs; returns the copies by name (views into the buffers, overwritten by the
-        next ``keep``)."""
-        layout = [(name, value.shape, value.dtype) for name, value in values]
-        if layout != self._layout:
-            self._layout = layout
-            self._allocate(values)
-        for buffer, indices in self._groups:
-            if len(indices) == 1:
-                name, value = values[indices[0]]
-                np.copyto(self._views[name], value)
-            else:
-                np.concatenate([values[i][1].reshape(-1) for i in indices], out=buffer)
-        return self._views
-
-    def _allocate(self, values: list[tuple[str, np.ndarray]]) -> None:
-        by_dtype: dict[np.dtype, list[int]] = {}
-        for index, (_, value) in enumerate(values):
-            by_dtype.setdefault(value.dtype, []).append(index)
-        self._groups, self._views = [], {}
-        for dtype, indices in by_dtype.items():
-            buffer = np.empty(sum(values[i][1].size for i in indices), dtype=dtype)
-            offset = 0
-            for i in indices:
-                name, value = values[i]
-                self._views[name] = buffer[offset:offset + value.size].reshape(value.shape)
-                offset += value.size
-            self._groups.append((buffer, indices))
 
 
 class GraphTensorSource(TensorSource):
