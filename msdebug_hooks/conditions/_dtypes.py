@@ -31,7 +31,7 @@ def bfloat16_to_float32(words: np.ndarray) -> np.ndarray:
 
 
 #: the common native dtypes -> work kind (the per-tensor lookup by name was a visible cost for small tensors)
-_KIND_BY_DTYPE = {np.dtype(np.float32): "f4", np.dtype(np.float64): "f8",
+KIND_BY_DTYPE = {np.dtype(np.float32): "f4", np.dtype(np.float64): "f8",
                   **{np.dtype(name): "conv4" for name in ("float16", "bool", "int8", "uint8", "int16", "uint16")},
                   **{np.dtype(name): "conv8" for name in ("int32", "int64", "uint32", "uint64")}}
 
@@ -39,7 +39,7 @@ _KIND_BY_DTYPE = {np.dtype(np.float32): "f4", np.dtype(np.float64): "f8",
 def flat_kind(value: Any, *, bfloat16: bool = False) -> tuple[np.ndarray, str]:
     """(C-order 1-D array, kind) where kind names the work dtype path: "f4", "f8", "bf16" or "conv4"/"conv8"."""
     arr = np.asarray(value)
-    kind = _KIND_BY_DTYPE.get(arr.dtype)
+    kind = KIND_BY_DTYPE.get(arr.dtype)
     if kind is not None and not bfloat16:
         return arr.ravel(), kind  # the method: np.ravel's wrapper costs a microsecond per tensor
     name = arr.dtype.name

@@ -184,7 +184,7 @@ class BatchTotals:
         """Every running total over all tensors, as arrays: the fields ``stats._finish`` reads, ``in_range`` and
         ``close`` of shape (tensors, ranges) and (tensors, tolerances)."""
         if self._k is not None and all(row is None for row in self._rows):
-            return _StateColumns(self._k, self.fstate, self.istate, self.counts, len(self.ranges))
+            return StateColumns(self._k, self.fstate, self.istate, self.counts, len(self.ranges))
         rows = [self.totals(j) for j in range(self.size)]
         out = SimpleNamespace()
         for name, dtype in (("nan", np.int64), ("pinf", np.int64), ("ninf", np.int64), ("zero", np.int64),
@@ -197,7 +197,7 @@ class BatchTotals:
         return out
 
 
-class _StateColumns:
+class StateColumns:
     """The columns of the compiled pass's state arrays under the names of ``stats._Accumulator``'s totals, each
     taken when first read (a check reads a few of them)."""
 
@@ -253,7 +253,7 @@ class _Batch:
         if not self.parts:
             return
         counts = [p.shape[0] for p in self.parts]
-        for first, last in _groups(counts):
+        for first, last in group_bounds(counts):
             indices = self.indices[first:last]
             totals = _segment_totals(self.parts[first:last], np.array(counts[first:last], np.int64), found,
                                      self.prev_parts[first:last], indices)
@@ -265,7 +265,7 @@ class _Batch:
                     found.describe(index, counts[k], self.dtypes[k], self.prev_parts[k] is not None)
 
 
-def _groups(counts: list[int]) -> Iterable[tuple[int, int]]:
+def group_bounds(counts: list[int]) -> Iterable[tuple[int, int]]:
     """[first, last) runs of consecutive tensors holding at most ``GROUP_ELEMENTS`` elements (at least one tensor):
     every temporary of a group stays in the CPU cache, as the single-tensor path's chunks do."""
     first, size = 0, 0

@@ -10,9 +10,11 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from msdebug_hooks.conditions import stats as st
-from msdebug_hooks.conditions.batch import batch_totals, compute_statistics_batch
+from msdebug_hooks.conditions import _engine
+from msdebug_hooks.conditions.batch import BatchTotals, batch_totals, compute_statistics_batch
 from msdebug_hooks.conditions.conditions import Condition, ConditionResult, OperatorOverflowCondition, ParamResult
-from msdebug_hooks.conditions.judging import reportable_pairs
+from msdebug_hooks.conditions.judging import judging_rules, reportable_pairs
+from msdebug_hooks.conditions.layout import prepared_layout
 from msdebug_hooks.errors import ConfigError
 
 
@@ -114,15 +116,31 @@ def find_hits(conditions: Sequence[Condition], tensors: Iterable[Any], previous:
     plan = _batch_plan(conditions)
     if plan is None:
         return _reportable(_one_by_one(conditions, values, prevs, targets))
-    need, ranges, tolerances, wants_previous = plan
+    need, ranges, tolerances, wants_previous, rules = plan
+    read = prevs if wants_previous or targets is not None else None
+    compiled = _engine.kernels()
+    layout = (prepared_layout(compiled, need, ranges, tolerances, wants_previous, values,
+                              read if read is not None else [None] * len(values), targets)
+              if compiled is not None else None)
+    if layout is not None:   # the same statistics as batch_totals, from buffers made on an earlier call
+        try:
+            return _hits(conditions, layout.fill(values, prevs), rules)
+        finally:
+            layout.release()
     try:
-        found = batch_totals(values, prevs if wants_previous or targets is not None else None, need, ranges=ranges,
+        found = batch_totals(values, read, need, ranges=ranges,
                              allclose_tolerances=tolerances, keep_into=targets)
     except st.UnsupportedDtypeError:   # nothing was computed or copied: each tensor gets its own note
         return _reportable(_one_by_one(conditions, values, prevs, targets))
+    return _hits(conditions, found, rules)
+
+
+def _hits(conditions: Sequence[Condition], found: BatchTotals,
+          rules: list[tuple]) -> list[tuple[int, int, ConditionResult]]:
+    """The reportable (tensor, condition, result) of a batch's totals: judged as arrays, evaluated where marked."""
     hits: list[tuple[int, int, ConditionResult]] = []
     statistics: dict[int, st.TensorStatistics] = {}
-    for tensor, index in reportable_pairs(conditions, found):
+    for tensor, index in reportable_pairs(conditions, found, rules):
         stats = statistics.get(tensor)
         if stats is None:
             stats = statistics[tensor] = found.statistics(tensor)
@@ -133,12 +151,13 @@ def find_hits(conditions: Sequence[Condition], tensors: Iterable[Any], previous:
     return hits
 
 
-_PLANS: dict[tuple, tuple] = {}   # condition list -> its statistics plan (a debugger checks the same list each step)
+_PLANS: dict[tuple, tuple] = {}   # condition list -> its batch plan (a debugger checks the same list each step)
 
 
-def _batch_plan(conditions: Sequence[Condition]) -> tuple[frozenset[str], tuple, tuple, bool] | None:
-    """(statistics needed, ranges, tolerances, whether a previous value is read) for a batch, or None when
-    ``check_many`` must judge one by one (no condition that reads values, or an entry that is not a condition)."""
+def _batch_plan(conditions: Sequence[Condition]) -> tuple[frozenset[str], tuple, tuple, bool, list] | None:
+    """(statistics needed, ranges, tolerances, whether a previous value is read, judging rules) for a batch, or
+    None when ``check_many`` must judge one by one (no condition that reads values, or an entry that is not a
+    condition)."""
     if any(not isinstance(c, Condition) for c in conditions):
         return None
     key = tuple(conditions)       # conditions hash and compare by type and parameters
@@ -151,7 +170,7 @@ def _batch_plan(conditions: Sequence[Condition]) -> tuple[frozenset[str], tuple,
         if len(_PLANS) > 64:
             _PLANS.clear()
         plan = _PLANS[key] = (st.checked_statistic_names(need), tuple(ranges), tuple(tolerances),
-                              any(c.needs_previous for c in active))
+                              any(c.needs_previous for c in active), judging_rules(conditions))
     return plan
 
 

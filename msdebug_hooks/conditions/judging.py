@@ -18,7 +18,7 @@ from msdebug_hooks.conditions.batch import BatchTotals
 from msdebug_hooks.conditions.conditions import Condition, OperatorOverflowCondition, TensorOverflowCondition
 from msdebug_hooks.conditions.params import OPERATORS
 
-__all__ = ["StatisticArrays", "reportable_mask", "reportable_pairs"]
+__all__ = ["StatisticArrays", "judging_rules", "reportable_mask", "reportable_pairs"]
 
 
 class StatisticArrays:
@@ -98,17 +98,6 @@ class StatisticArrays:
         """Where a change condition has an error code: NaN, Inf or no previous value."""
         return self._get("no_previous", lambda: self.special | ~self.has_previous)
 
-    def statistic(self, condition: Condition, name: str) -> np.ndarray | None:
-        """The array a parameter compares (``Condition._statistic_reader``'s value per tensor), None for a name
-        that is not a statistic."""
-        reader = _READERS.get(name)
-        if reader is not None:
-            return getattr(self, reader)()
-        if name == "range_percentage":
-            bounds = condition.range_bounds()
-            return None if bounds is None else self.range_percentage(bounds)
-        return None
-
 
 #: parameter statistic name -> the ``StatisticArrays`` method that gives it
 _READERS = {"max": "maximum", "min": "minimum", "mean": "mean", "sd": "sd", "abs_mean": "abs_mean",
@@ -123,38 +112,65 @@ _KNOWN_EVALUATE = {Condition.evaluate, TensorOverflowCondition.evaluate, Operato
 def reportable_mask(condition: Condition, arrays: StatisticArrays) -> np.ndarray:
     """Per tensor, whether ``condition.evaluate`` on its statistics is reportable (hit or error code); inside
     ``np.errstate(all="ignore")``."""
-    counted = arrays.counted
-    evaluate = type(condition).evaluate
-    if evaluate not in _KNOWN_EVALUATE:
-        return counted | True
+    return _mask(_rule(condition), arrays)
+
+
+def _rule(condition: Condition) -> tuple:
+    """How ``reportable_mask`` judges ``condition``, worked out once per condition list: ("all",)
+    for a subclass with its own ``evaluate``, ("never",), ("overflow",), or ("compare", allclose tolerance or None,
+    [(reader, range bounds or None, operator, parameter value)], whether a previous value is needed)."""
+    if type(condition).evaluate not in _KNOWN_EVALUATE:
+        return ("all",)
     if isinstance(condition, OperatorOverflowCondition):
-        return np.zeros(arrays.n.shape, np.bool_)
+        return ("never",)
     if isinstance(condition, TensorOverflowCondition):
-        return counted & arrays.special
-    hit = None
-    tolerance = condition.allclose_tolerance()
-    if tolerance is not None:
-        hit = arrays.allclose(tolerance)
+        return ("overflow",)
+    compares = []
     for spec in condition.param_specs:
         if spec.name not in condition.params or not spec.operator:
             continue
-        values = arrays.statistic(condition, spec.statistic)
-        if values is not None:
-            param_hit = OPERATORS[spec.operator](values, condition.params[spec.name])   # NaN: never a hit
-            hit = param_hit if hit is None else hit | param_hit
-    if hit is not None and (arrays.clean_with_previous if condition.needs_previous else arrays.clean):
+        reader = _READERS.get(spec.statistic)
+        bounds = condition.range_bounds() if spec.statistic == "range_percentage" else None
+        if reader is not None or bounds is not None:
+            compares.append((reader, bounds, OPERATORS[spec.operator], condition.params[spec.name]))
+    return ("compare", condition.allclose_tolerance(), compares, condition.needs_previous)
+
+
+def judging_rules(conditions: Sequence[Condition]) -> list[tuple]:
+    """The rule of each condition (``_rule``): a caller judging the same list every step keeps them."""
+    return [_rule(c) for c in conditions]
+
+
+def _mask(rule: tuple, arrays: StatisticArrays) -> np.ndarray:
+    counted = arrays.counted
+    what = rule[0]
+    if what == "all":
+        return counted | True
+    if what == "never":
+        return np.zeros(arrays.n.shape, np.bool_)
+    if what == "overflow":
+        return counted & arrays.special
+    _, tolerance, compares, needs_previous = rule
+    hit = arrays.allclose(tolerance) if tolerance is not None else None
+    for reader, bounds, operator, limit in compares:
+        values = getattr(arrays, reader)() if reader is not None else arrays.range_percentage(bounds)
+        param_hit = operator(values, limit)   # NaN: never a hit
+        hit = param_hit if hit is None else hit | param_hit
+    if hit is not None and (arrays.clean_with_previous if needs_previous else arrays.clean):
         return hit
-    errors = arrays.no_previous() if condition.needs_previous else arrays.special
+    errors = arrays.no_previous() if needs_previous else arrays.special
     return counted & (errors if hit is None else errors | hit)
 
 
-def reportable_pairs(conditions: Sequence[Condition], found: BatchTotals) -> list[list[int]]:
-    """[tensor index, condition index] of the pairs to evaluate and report, in (tensor, condition) order."""
+def reportable_pairs(conditions: Sequence[Condition], found: BatchTotals,
+                     rules: list[tuple] | None = None) -> list[list[int]]:
+    """[tensor index, condition index] of the pairs to evaluate and report, in (tensor, condition) order;
+    ``rules``: ``judging_rules(conditions)`` when the caller keeps them."""
     if not conditions or not found.size:
         return []
     marked = np.empty((found.size, len(conditions)), np.bool_)
     with np.errstate(all="ignore"):
         arrays = StatisticArrays(found)
-        for j, condition in enumerate(conditions):
-            marked[:, j] = reportable_mask(condition, arrays)
+        for j, rule in enumerate(rules if rules is not None else judging_rules(conditions)):
+            marked[:, j] = _mask(rule, arrays)
     return np.argwhere(marked).tolist() if marked.any() else []

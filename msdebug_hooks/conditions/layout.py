@@ -1,0 +1,200 @@
+"""A prepared batch layout: the parts of ``find_hits``' statistics pass that do not change from step to step.
+
+Why: a debugger or analyzer checks the same tensors (same shapes and dtypes, usually the same buffers to keep the
+values in) with the same conditions every step. For a step of a few small tensors the compiled kernels take tens of
+microseconds, while sorting the tensors into the kernel's layout again (dtype kinds, segment starts, which tensors
+are large, state arrays, concatenation buffers, the keep-buffer checks) cost several times that. A layout is built
+once per (statistics request, values' dtypes and shapes, previous values' dtypes and shapes, keep buffers) and
+only filled on later calls.
+
+Validation on every call: the signature (each value's and previous value's type, dtype and shape; each keep
+buffer's identity, dtype and shape) is the cache key, and a keep buffer must still be the same object and writable.
+Nothing derived from a value's or previous value's data is kept: their flat views are taken again on every call,
+so an array whose data moved is read where it is now. A call the layout does not serve (another engine, a value
+that is not a numpy array of a common dtype, a large tensor whose previous value has another precision, a layout
+in use by another thread) takes the general path (``batch.batch_totals``), which gives the same totals.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from msdebug_hooks.conditions import _engine
+from msdebug_hooks.conditions import stats as st
+from msdebug_hooks.conditions._dtypes import KIND_BY_DTYPE, dtype_text, work_dtype
+from msdebug_hooks.conditions.batch import BatchTotals, StateColumns, group_bounds
+from msdebug_hooks.errors import ConfigError
+
+_CACHE: dict[tuple, "PreparedLayout | None"] = {}   # signature -> layout (None: such calls take the general path)
+_CACHE_SIZE = 16                                     # a debugger alternates two keep buffers: two layouts a set
+_MISSING: Any = object()
+_ARRAYS = frozenset({np.ndarray})
+_ARRAYS_OR_NONE = frozenset({np.ndarray, type(None)})
+
+
+def prepared_layout(k: Any, needed: frozenset[str], ranges: tuple, tolerances: tuple, wants_previous: bool,
+                    values: list, prevs: list, targets: list | None) -> "PreparedLayout | None":
+    """The layout for this call, locked for the caller (``release`` it), or None for the general path."""
+    signature = _signature(values, prevs, targets)
+    if signature is None:
+        return None
+    key = (needed, ranges, tolerances, wants_previous, signature)
+    layout = _CACHE.get(key, _MISSING)
+    if layout is None:
+        return None
+    if layout is _MISSING or not layout.keeps_into(targets):   # new, or an id reused by another keep buffer
+        try:
+            layout = PreparedLayout(k, needed, ranges, tolerances, wants_previous, values, prevs, targets)
+        except ConfigError:        # a keep buffer that does not fit: the general path names it
+            return None
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.clear()
+        _CACHE[key] = layout if layout.servable else None
+        if not layout.servable:
+            return None
+    return layout if layout.lock.acquire(blocking=False) else None
+
+
+def _signature(values: list, prevs: list, targets: list | None) -> tuple | None:
+    """What a layout depends on, or None when some entry is not a numpy array (or None where allowed)."""
+    if len(prevs) != len(values) or not _ARRAYS.issuperset(map(type, values)) \
+            or not _ARRAYS_OR_NONE.issuperset(map(type, prevs)):
+        return None
+    kept: tuple | None = None
+    if targets is not None:
+        if len(targets) != len(values) or not _ARRAYS_OR_NONE.issuperset(map(type, targets)):
+            return None
+        kept = tuple([None if t is None else (id(t), t.dtype, t.shape) for t in targets])
+    return (tuple([(v.dtype, v.shape) for v in values]),
+            tuple([None if p is None else (p.dtype, p.shape) for p in prevs]), kept)
+
+
+class _LayoutTotals(BatchTotals):
+    """``BatchTotals`` whose per-tensor descriptions never change: their arrays, and the state columns that are
+    plain views of the (reused) state arrays, are made once instead of on every call."""
+
+    count = has_previous = paired = None     # plain attributes here, set by ``freeze`` (properties in the base)
+
+    def freeze(self) -> None:
+        self.count = np.array(self.counts_list, np.int64)
+        self.has_previous = np.array(self.has_previous_list, np.bool_)
+        self.paired = np.array(self.paired_list, np.bool_)
+        columns = StateColumns(self._k, self.fstate, self.istate, self.counts, len(self.ranges))
+        self._views = {name: getattr(columns, name) for name in (*StateColumns._SLOTS, "in_range")}
+
+    def columns(self) -> Any:
+        columns = StateColumns(self._k, self.fstate, self.istate, self.counts, len(self.ranges))
+        columns.__dict__.update(self._views)   # any_number and close are computed from this call's state
+        return columns
+
+
+class _Group:
+    """Consecutive small tensors summed by one ``accumulate_segments`` call, with its buffers made once."""
+
+    def __init__(self, k: Any, indices: list[int], counts: list[int], paired: list[bool], n_counts: int) -> None:
+        self.indices = indices
+        self.rows = np.array(indices, np.int64)
+        self.starts = np.zeros(len(indices) + 1, np.int64)
+        np.cumsum(counts, out=self.starts[1:])
+        total = int(self.starts[-1])
+        self.buf = np.empty(total)
+        self.bits = self.buf.view(np.int64)
+        self.paired = np.array(paired, np.bool_)
+        self.any_paired = any(paired)
+        self.pbuf = np.zeros(total) if self.any_paired else self.buf[:0]
+        self.zeros = [None if p else np.zeros(c) for p, c in zip(paired, counts)]   # unpaired: zeros, as before
+        self.fstate, self.istate, self.counts = _engine.new_state(k, len(indices), n_counts)
+        self.start_row = self.fstate[0].copy() if len(indices) else None
+
+
+class PreparedLayout:
+    """One batch's kernel layout and its reusable ``BatchTotals``; ``fill`` runs the pass for a matching call."""
+
+    def __init__(self, k: Any, needed: frozenset[str], ranges: tuple, tolerances: tuple, wants_previous: bool,
+                 values: list, prevs: list, targets: list | None) -> None:
+        self.k = k
+        self.lock = threading.Lock()
+        self.targets = targets
+        self.keep = [None if t is None else st.kept_view(v, t, f"keep_into[{i}]")
+                     for i, (v, t) in enumerate(zip(values, targets or [None] * len(values)))]
+        self.mode = _engine.pass_mode(k, needed)
+        self.tolerance_array = _engine.tolerance_array(tolerances)
+        self.bounds64 = _engine.range_bounds(ranges, np.dtype(np.float64))
+        found = self.found = _LayoutTotals(len(values), needed, ranges, tolerances, wants_previous, k)
+        self.start_row = found.fstate[0].copy() if len(values) else None
+        self.paired = [False] * len(values)
+        self.large: list[tuple] = []   # (index, bounds, keep array or an empty one, whether fused, state rows)
+        small: list[int] = []
+        self.servable = True
+        for index, (value, prev) in enumerate(zip(values, prevs)):
+            kind = KIND_BY_DTYPE.get(value.dtype)
+            prev_kind = KIND_BY_DTYPE.get(prev.dtype) if prev is not None else None
+            if kind is None or (prev is not None and wants_previous and prev_kind is None):
+                self.servable = False        # a dtype the general path converts or refuses
+                return
+            n = value.size
+            paired = self.paired[index] = prev is not None and wants_previous and prev.size == n
+            found.has_previous_list[index] = prev is not None
+            found.describe(index, n, dtype_text(value, kind), paired)
+            if n <= st.SMALL_TENSOR:
+                small.append(index)
+            elif kind in ("f4", "f8") and (not paired or prev_kind == kind):
+                keep = self.keep[index]
+                fused = keep is not None and keep is _engine.native(keep)
+                self.large.append((index, _engine.range_bounds(ranges, work_dtype(kind)),
+                                   keep if fused else _engine._NOWHERE[work_dtype(kind)], fused,
+                                   found.fstate[index], found.istate[index], found.counts[index]))
+            else:
+                self.servable = False        # converted chunk by chunk: the general path does it
+                return
+        counts = [values[i].size for i in small]
+        self.groups = [_Group(k, small[a:b], counts[a:b], [self.paired[i] for i in small[a:b]],
+                              len(ranges) + len(tolerances)) for a, b in group_bounds(counts)]
+        found.freeze()
+
+    def keeps_into(self, targets: list | None) -> bool:
+        """Whether ``targets`` are the very keep buffers this layout was built for, still writable."""
+        if targets is None:
+            return self.targets is None
+        mine = self.targets
+        return all(t is m and (t is None or t.flags.writeable) for t, m in zip(targets, mine))
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def fill(self, values: Sequence[Any], prevs: Sequence[Any]) -> BatchTotals:
+        """The batch's totals for this call (the same object each call: read it before releasing the layout)."""
+        k, found, keep = self.k, self.found, self.keep
+        if self.start_row is not None:
+            found.fstate[:] = self.start_row
+            found.istate.fill(0)
+            found.counts.fill(0)
+        for index, bounds, keep_into, fused, fstate, istate, counts in self.large:   # rows of ``found``
+            x = _engine.native(values[index].ravel())
+            prev = _engine.native(prevs[index].ravel()) if self.paired[index] else x[:0]
+            k.accumulate(x, _engine.int_view(x), prev, self.mode, self.paired[index], bounds, self.tolerance_array,
+                         fstate, istate, counts, keep_into)
+            if keep[index] is not None and not fused:
+                np.copyto(keep[index], x.view(keep[index].dtype))
+        for group in self.groups:
+            parts = [values[i].ravel() for i in group.indices]
+            np.concatenate(parts, out=group.buf, casting="unsafe")
+            if group.any_paired:
+                np.concatenate([prevs[i].ravel() if z is None else z for i, z in zip(group.indices, group.zeros)],
+                               out=group.pbuf, casting="unsafe")
+            group.fstate[:] = group.start_row
+            group.istate.fill(0)
+            group.counts.fill(0)
+            k.accumulate_segments(group.buf, group.bits, group.pbuf, group.starts, group.paired, self.mode,
+                                  self.bounds64, self.tolerance_array, group.fstate, group.istate, group.counts)
+            found.fstate[group.rows], found.istate[group.rows], found.counts[group.rows] = (
+                group.fstate, group.istate, group.counts)
+            for index, part in zip(group.indices, parts):
+                if keep[index] is not None:   # after the pass: a keep buffer may be the previous value itself
+                    np.copyto(keep[index], part)
+        return found
+
+
+__all__ = ["PreparedLayout", "prepared_layout"]

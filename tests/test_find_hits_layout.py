@@ -1,0 +1,134 @@
+"""``find_hits`` reuses a prepared batch layout from call to call (``conditions.layout``): a layout must be rebuilt
+when what it was made for changes (a shape, a dtype, a previous value, a keep buffer, the conditions), never give
+a stale answer (values changed in place, an array replaced by another one), and every call must give the hits a
+fresh call gives.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from msdebug_hooks.conditions import (
+    TensorChangeAboveThresholdCondition, TensorOverflowCondition, TensorTooLargeCondition, TensorTooSmallCondition,
+    TensorUnchangedCondition, check_tensors, find_hits)
+from msdebug_hooks.conditions import _engine, layout
+from msdebug_hooks.conditions import stats as st
+from msdebug_hooks.errors import ConfigError
+
+SHAPES = [(6, 1, 5, 5), (16, 6, 5, 5), (120, 400), (120,), (84, 120), (84,), (10, 84), (10,)]   # LeNet's weights
+CONDITIONS = [TensorOverflowCondition(), TensorTooLargeCondition(max_gt=2.5), TensorTooSmallCondition(min_lt=-2.5),
+              TensorChangeAboveThresholdCondition(abs_mean_update_ratio_gt=0.5), TensorUnchangedCondition(rtol=1e-6)]
+
+
+def _reportable(results) -> list:
+    return [(t, c, r) for t, per_tensor in enumerate(results) for c, r in enumerate(per_tensor) if r.reportable]
+
+
+def _fresh(conditions, values, previous) -> list:
+    """The hits of a call with no layout prepared, and those of ``check_tensors``: they must agree."""
+    layout._CACHE.clear()
+    fresh = find_hits(conditions, values, previous)
+    assert fresh == _reportable(check_tensors(conditions, values, previous))
+    return fresh
+
+
+def _layouts() -> set[int]:
+    return {id(found) for found in layout._CACHE.values() if found is not None}
+
+
+@pytest.fixture()
+def step():
+    rng = np.random.default_rng(14)
+    values = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+    previous = [(v * 0.9).astype(np.float32) for v in values]
+    previous[3] = values[3].copy()                        # unchanged: a hit of TensorUnchangedCondition
+    layout._CACHE.clear()
+    with _engine.forced_engine("compiled"):
+        yield rng, values, previous
+    layout._CACHE.clear()
+
+
+def test_a_repeated_call_reuses_its_layout_and_reads_the_new_data(step):
+    rng, values, previous = step
+    assert values[2].size > st.SMALL_TENSOR               # both the large and the segmented path are reused
+    first = find_hits(CONDITIONS, values, previous)
+    assert len(_layouts()) == 1 and first == _fresh(CONDITIONS, values, previous)
+    built = _layouts()
+    for k in range(4):                                     # the same arrays, changed in place between calls
+        for v in values:
+            v *= np.float32(1.0 + 0.7 * k)
+            v[~np.isfinite(v)] = 0.0                       # last round's NaN/Inf gone: no stale count may stay
+        special = [2, 0, 5, 7][k]                          # the large tensor, then small ones, back and forth
+        values[special].flat[k] = [np.nan, np.inf, np.nan, -np.inf][k]
+        previous[5][:] = rng.standard_normal(previous[5].shape)
+        previous[2][:] = values[2] if k in (1, 2) else values[2] * 0.5   # unchanged twice running
+        got = find_hits(CONDITIONS, values, previous)
+        assert _layouts() == built                         # nothing rebuilt: same shapes, dtypes and buffers
+        assert got == _fresh(CONDITIONS, values, previous)
+        built = _layouts()                                 # the fresh call's layout, used by the next round
+    assert {c for _, c, _ in got} >= {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("change", ["shape", "dtype", "previous shape", "previous dropped", "previous dtype",
+                                    "new array", "conditions"])
+def test_a_changed_batch_rebuilds_its_layout_and_gives_a_fresh_answer(step, change):
+    rng, values, previous = step
+    conditions = CONDITIONS
+    find_hits(conditions, values, previous)
+    before, before_keys = _layouts(), set(layout._CACHE)
+    if change == "shape":
+        values[1] = rng.standard_normal((16, 6, 5, 4)).astype(np.float32) * 5
+    elif change == "dtype":
+        values[4] = values[4].astype(np.float64) * 5
+    elif change == "previous shape":
+        previous[6] = previous[6][:, :80].copy()          # another element count: change conditions not evaluated
+    elif change == "previous dropped":
+        previous[0] = None
+    elif change == "previous dtype":
+        previous[2] = previous[2].astype(np.float64)
+    elif change == "new array":                            # same shape and dtype, other data: read where it is now
+        values[7] = np.full(10, np.nan, np.float32)
+    else:
+        conditions = CONDITIONS[:2] + [TensorUnchangedCondition(rtol=0.2)]
+    got = find_hits(conditions, values, previous)
+    if change == "new array":
+        assert _layouts() == before and (7, 0) in {(t, c) for t, c, _ in got}
+    else:
+        assert set(layout._CACHE) != before_keys         # another signature: another layout (or the general path)
+    assert got == _fresh(conditions, values, previous)
+
+
+def test_swapped_keep_buffers_each_get_their_values(step):
+    """The debugger's two alternating buffers: each call copies into the buffers it is given, never into the ones
+    a cached layout was made for."""
+    _, values, previous = step
+    buffers = [[np.empty_like(v) for v in values] for _ in range(2)]
+    other_holds = None
+    for k in range(4):
+        for v in values:
+            v += np.float32(0.25)
+        target, other = buffers[k % 2], buffers[(k + 1) % 2]
+        for t in target:
+            t.fill(-7)
+        got = find_hits(CONDITIONS, values, previous, keep_into=target)
+        for v, t in zip(values, target):
+            np.testing.assert_array_equal(t, v)
+        for held, t in zip(other_holds or [], other):  # the other buffer keeps what its own call put there
+            np.testing.assert_array_equal(t, held)
+        other_holds = [v.copy() for v in values]
+        assert got == _fresh(CONDITIONS, values, previous)
+    replaced = [np.empty_like(v) for v in values]           # new buffers at the old ones' place: copied there too
+    find_hits(CONDITIONS, values, previous, keep_into=replaced)
+    for v, t in zip(values, replaced):
+        np.testing.assert_array_equal(t, v)
+
+
+def test_a_keep_buffer_made_read_only_is_refused(step):
+    _, values, previous = step
+    target = [np.empty_like(v) for v in values]
+    find_hits(CONDITIONS, values, previous, keep_into=target)
+    target[3].flags.writeable = False
+    before = target[3].copy()
+    with pytest.raises(ConfigError, match=r"keep_into\[3\]"):
+        find_hits(CONDITIONS, [v + 1 for v in values], previous, keep_into=target)
+    np.testing.assert_array_equal(target[3], before)
