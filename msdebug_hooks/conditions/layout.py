@@ -91,22 +91,25 @@ class _LayoutTotals(BatchTotals):
 
 
 class _Group:
-    """Consecutive small tensors summed by one ``accumulate_segments`` call, with its buffers made once."""
+    """Consecutive small tensors summed by one ``accumulate_segments`` call straight into their rows of the
+    layout's ``BatchTotals`` (a large tensor between them is an empty segment, which the kernel skips), with the
+    concatenation buffers made once."""
 
-    def __init__(self, k: Any, indices: list[int], counts: list[int], paired: list[bool], n_counts: int) -> None:
+    def __init__(self, found: BatchTotals, indices: list[int], sizes: list[int], paired: list[bool]) -> None:
+        first, last = indices[0], indices[-1] + 1
+        small = set(indices)
         self.indices = indices
-        self.rows = np.array(indices, np.int64)
-        self.starts = np.zeros(len(indices) + 1, np.int64)
-        np.cumsum(counts, out=self.starts[1:])
+        self.starts = np.zeros(last - first + 1, np.int64)
+        np.cumsum([sizes[i] if i in small else 0 for i in range(first, last)], out=self.starts[1:])
         total = int(self.starts[-1])
         self.buf = np.empty(total)
         self.bits = self.buf.view(np.int64)
-        self.paired = np.array(paired, np.bool_)
-        self.any_paired = any(paired)
+        self.paired = np.array([paired[i] and i in small for i in range(first, last)], np.bool_)
+        self.any_paired = bool(self.paired.any())
         self.pbuf = np.zeros(total) if self.any_paired else self.buf[:0]
-        self.zeros = [None if p else np.zeros(c) for p, c in zip(paired, counts)]   # unpaired: zeros, as before
-        self.fstate, self.istate, self.counts = _engine.new_state(k, len(indices), n_counts)
-        self.start_row = self.fstate[0].copy() if len(indices) else None
+        self.zeros = [None if paired[i] else np.zeros(sizes[i]) for i in indices]   # unpaired: zeros, as before
+        self.fstate, self.istate, self.counts = (found.fstate[first:last], found.istate[first:last],
+                                                 found.counts[first:last])
 
 
 class PreparedLayout:
@@ -149,9 +152,9 @@ class PreparedLayout:
             else:
                 self.servable = False        # converted chunk by chunk: the general path does it
                 return
-        counts = [values[i].size for i in small]
-        self.groups = [_Group(k, small[a:b], counts[a:b], [self.paired[i] for i in small[a:b]],
-                              len(ranges) + len(tolerances)) for a, b in group_bounds(counts)]
+        sizes = [value.size for value in values]
+        self.groups = [_Group(found, small[a:b], sizes, self.paired)
+                       for a, b in group_bounds([sizes[i] for i in small])]
         found.freeze()
 
     def keeps_into(self, targets: list | None) -> bool:
@@ -184,13 +187,8 @@ class PreparedLayout:
             if group.any_paired:
                 np.concatenate([prevs[i].ravel() if z is None else z for i, z in zip(group.indices, group.zeros)],
                                out=group.pbuf, casting="unsafe")
-            group.fstate[:] = group.start_row
-            group.istate.fill(0)
-            group.counts.fill(0)
             k.accumulate_segments(group.buf, group.bits, group.pbuf, group.starts, group.paired, self.mode,
                                   self.bounds64, self.tolerance_array, group.fstate, group.istate, group.counts)
-            found.fstate[group.rows], found.istate[group.rows], found.counts[group.rows] = (
-                group.fstate, group.istate, group.counts)
             for index, part in zip(group.indices, parts):
                 if keep[index] is not None:   # after the pass: a keep buffer may be the previous value itself
                     np.copyto(keep[index], part)
