@@ -167,6 +167,11 @@ class BatchTotals:
         """Per tensor, whether its previous value was read element by element (same element count)."""
         return np.array(self.paired_list, np.bool_)
 
+    def descriptions(self) -> tuple[np.ndarray, ...]:
+        """(element count, count or 1, count > 0, has_previous, paired) per tensor, as arrays."""
+        count = self.count
+        return count, np.maximum(count, 1), count > 0, self.has_previous, self.paired
+
     def totals(self, index: int) -> Any:
         """The running totals of one tensor, as ``stats._finish`` reads them."""
         found = self._rows[index]

@@ -29,13 +29,10 @@ class StatisticArrays:
 
     def __init__(self, found: BatchTotals) -> None:
         self.found = found
-        self.n = found.count
+        # n_safe: empty tensors are never judged, so there is no 0/0 to look at
+        self.n, self.n_safe, self.counted, self.has_previous, self.paired = found.descriptions()
         self.all_paired = all(found.paired_list)
-        self.paired = found.paired
-        self.has_previous = found.has_previous
         self.t = found.columns()
-        self.n_safe = np.maximum(self.n, 1)           # empty tensors are never judged: no 0/0 to look at
-        self.counted = self.n > 0
         t = self.t
         self.special = (t.nan | t.pinf | t.ninf) != 0  # evaluate's NaN / Inf error bits
         #: every tensor has elements and no NaN/Inf (the usual step): a mask is the hit itself

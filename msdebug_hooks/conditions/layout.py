@@ -83,6 +83,10 @@ class _LayoutTotals(BatchTotals):
         self.paired = np.array(self.paired_list, np.bool_)
         columns = StateColumns(self._k, self.fstate, self.istate, self.counts, len(self.ranges))
         self._views = {name: getattr(columns, name) for name in (*StateColumns._SLOTS, "in_range")}
+        self._descriptions = super().descriptions()
+
+    def descriptions(self) -> tuple[np.ndarray, ...]:
+        return self._descriptions
 
     def columns(self) -> Any:
         columns = StateColumns(self._k, self.fstate, self.istate, self.counts, len(self.ranges))
