@@ -132,3 +132,33 @@ def test_a_keep_buffer_made_read_only_is_refused(step):
     with pytest.raises(ConfigError, match=r"keep_into\[3\]"):
         find_hits(CONDITIONS, [v + 1 for v in values], previous, keep_into=target)
     np.testing.assert_array_equal(target[3], before)
+
+
+def test_a_layout_in_use_sends_the_call_to_the_general_path(step):
+    """Each layout is locked while a call fills and judges it: another thread's call meanwhile computes anew."""
+    _, values, previous = step
+    values[5][0] = np.inf
+    want = find_hits(CONDITIONS, values, previous)
+    (busy,) = [found for found in layout._CACHE.values() if found is not None]
+    assert busy.lock.acquire(blocking=False)
+    state = busy.found.fstate.copy()
+    try:
+        for v in values:
+            v *= np.float32(3.0)
+        got = find_hits(CONDITIONS, values, previous)
+        assert got == _reportable(check_tensors(CONDITIONS, values, previous)) and got != want
+        np.testing.assert_array_equal(busy.found.fstate, state)     # the busy layout was not touched
+    finally:
+        busy.release()
+    assert find_hits(CONDITIONS, values, previous) == got
+
+
+def test_judging_ignores_floating_point_errors_and_restores_the_state():
+    from msdebug_hooks.conditions.judging import _float_errors_ignored
+    before = np.geterr()
+    with np.errstate(invalid="raise"):
+        with _float_errors_ignored():
+            assert np.isnan(np.array([np.inf]) - np.array([np.inf]))[0]
+        with pytest.raises(FloatingPointError):
+            np.array([np.inf]) - np.array([np.inf])
+    assert np.geterr() == before

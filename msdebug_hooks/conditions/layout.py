@@ -195,7 +195,7 @@ class PreparedLayout:
                                   self.bounds64, self.tolerance_array, group.fstate, group.istate, group.counts)
             for index, part in zip(group.indices, parts):
                 if keep[index] is not None:   # after the pass: a keep buffer may be the previous value itself
-                    np.copyto(keep[index], part)
+                    keep[index][...] = part   # (same dtype: a plain copy, cheaper than np.copyto)
         return found
 
 
