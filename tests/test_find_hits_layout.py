@@ -123,6 +123,27 @@ def test_swapped_keep_buffers_each_get_their_values(step):
         np.testing.assert_array_equal(t, v)
 
 
+def test_a_cached_layout_does_not_keep_the_callers_buffers_alive(step):
+    """Keep buffers can be the size of the model: once the caller drops them (a finished debugger session), a
+    cached layout must not hold them."""
+    import gc
+    import weakref
+
+    _, values, previous = step
+    target = [np.empty_like(v) for v in values]
+    find_hits(CONDITIONS, values, previous, keep_into=target)
+    find_hits(CONDITIONS, values, previous, keep_into=target)
+    assert _layouts()                                       # a layout is cached for these buffers
+    watched = [weakref.ref(t) for t in target]
+    del target
+    gc.collect()
+    assert all(ref() is None for ref in watched)
+    fresh = [np.empty_like(v) for v in values]              # a later call with new buffers copies into them
+    find_hits(CONDITIONS, values, previous, keep_into=fresh)
+    for v, t in zip(values, fresh):
+        np.testing.assert_array_equal(t, v)
+
+
 def test_a_keep_buffer_made_read_only_is_refused(step):
     _, values, previous = step
     target = [np.empty_like(v) for v in values]

@@ -124,7 +124,7 @@ def find_hits(conditions: Sequence[Condition], tensors: Iterable[Any], previous:
               if compiled is not None else None)
     if layout is not None:   # the same statistics as batch_totals, from buffers made on an earlier call
         try:
-            return _hits(conditions, layout.fill(values, prevs), rules)
+            return _hits(conditions, layout.fill(values, prevs, targets), rules)
         finally:
             layout.release()
     try:

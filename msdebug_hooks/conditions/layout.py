@@ -17,6 +17,7 @@ in use by another thread) takes the general path (``batch.batch_totals``), which
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -123,9 +124,11 @@ class PreparedLayout:
                  values: list, prevs: list, targets: list | None) -> None:
         self.k = k
         self.lock = threading.Lock()
-        self.targets = targets
-        self.keep = [None if t is None else st.kept_view(v, t, f"keep_into[{i}]")
-                     for i, (v, t) in enumerate(zip(values, targets or [None] * len(values)))]
+        # the keep buffers are the caller's: only weak references here, so a cached layout never keeps a finished
+        # session's copies (possibly the size of the model) alive; ``fill`` takes them from the call
+        keep = [None if t is None else st.kept_view(v, t, f"keep_into[{i}]")
+                for i, (v, t) in enumerate(zip(values, targets or [None] * len(values)))]
+        self.targets = None if targets is None else [None if t is None else weakref.ref(t) for t in targets]
         self.mode = _engine.pass_mode(k, needed)
         self.tolerance_array = _engine.tolerance_array(tolerances)
         self.bounds64 = _engine.range_bounds(ranges, np.dtype(np.float64))
@@ -148,10 +151,9 @@ class PreparedLayout:
             if n <= st.SMALL_TENSOR:
                 small.append(index)
             elif kind in ("f4", "f8") and (not paired or prev_kind == kind):
-                keep = self.keep[index]
-                fused = keep is not None and keep is _engine.native(keep)
+                fused = keep[index] is not None and keep[index] is _engine.native(keep[index])
                 self.large.append((index, _engine.range_bounds(ranges, work_dtype(kind)),
-                                   keep if fused else _engine._NOWHERE[work_dtype(kind)], fused,
+                                   _engine._NOWHERE[work_dtype(kind)], fused,
                                    found.fstate[index], found.istate[index], found.counts[index]))
             else:
                 self.servable = False        # converted chunk by chunk: the general path does it
@@ -166,19 +168,23 @@ class PreparedLayout:
         if targets is None:
             return self.targets is None
         mine = self.targets
-        return all(t is m and (t is None or t.flags.writeable) for t, m in zip(targets, mine))
+        return mine is not None and all((t is None and m is None) or (m is not None and t is m() and t.flags.writeable)
+                                        for t, m in zip(targets, mine))
 
     def release(self) -> None:
         self.lock.release()
 
-    def fill(self, values: Sequence[Any], prevs: Sequence[Any]) -> BatchTotals:
-        """The batch's totals for this call (the same object each call: read it before releasing the layout)."""
-        k, found, keep = self.k, self.found, self.keep
+    def fill(self, values: Sequence[Any], prevs: Sequence[Any], targets: Sequence[Any] | None) -> BatchTotals:
+        """The batch's totals for this call (the same object each call: read it before releasing the layout);
+        ``targets``: the keep buffers ``keeps_into`` accepted."""
+        k, found = self.k, self.found
+        keep = [None] * len(values) if targets is None else [None if t is None else t.reshape(-1) for t in targets]
         if self.start_row is not None:
             found.fstate[:] = self.start_row
             found.istate.fill(0)
             found.counts.fill(0)
-        for index, bounds, keep_into, fused, fstate, istate, counts in self.large:   # rows of ``found``
+        for index, bounds, nowhere, fused, fstate, istate, counts in self.large:   # rows of ``found``
+            keep_into = keep[index] if fused else nowhere
             x = _engine.native(values[index].ravel())
             prev = _engine.native(prevs[index].ravel()) if self.paired[index] else x[:0]
             k.accumulate(x, _engine.int_view(x), prev, self.mode, self.paired[index], bounds, self.tolerance_array,
