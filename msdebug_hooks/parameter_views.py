@@ -3,7 +3,7 @@
 ``Parameter.asnumpy()`` costs about 17 us per parameter in MindSpore 2.10 (it builds a new array object each time):
 for LeNet's 8 weights that alone is 1.5 % of a 9 ms step. On the CPU the array it returns is a view of the
 parameter's own storage, which the optimizer updates in place, so the view stays right as long as the parameter
-keeps that storage. ``Tensor._data_ptr()`` (under a microsecond) says where the storage is now: while it equals the
+keeps that storage. ``Tensor.data_ptr()`` (under a microsecond; ``_data_ptr()`` before it was public) says where the storage is now: while it equals the
 view's address the view is reused; when it moved (``set_data``, a reloaded checkpoint) or is elsewhere altogether
 (GPU/Ascend memory: there ``asnumpy`` copies to the host) the value is read again with ``asnumpy``.
 
@@ -27,8 +27,8 @@ class ParameterViews:
         self._params = list(params)
         self._read = read
         self._cached: dict[int, tuple[Any, np.ndarray, int]] = {}   # id(param) -> (param, view, view address)
-        for param in self._params:
-            self.value(param)
+        self._arrays: list[np.ndarray] = [self.value(param) for param in self._params]
+        self._addresses = [_array_address(view) for view in self._arrays]
 
     def value(self, param: Any) -> np.ndarray:
         """The parameter's value now: the cached view if its storage did not move, else a fresh read (``read``:
@@ -41,8 +41,12 @@ class ParameterViews:
         return view
 
     def arrays(self) -> list[np.ndarray]:
-        """The values of the list given at construction, in its order."""
-        return [self.value(param) for param in self._params]
+        """The values of the list given at construction, in its order (the same list object while no storage moved:
+        one address per parameter is all a step costs)."""
+        if [_storage_address(param) for param in self._params] != self._addresses:
+            self._arrays = [self.value(param) for param in self._params]
+            self._addresses = [_array_address(view) for view in self._arrays]
+        return self._arrays
 
 
 def _array_address(array: np.ndarray) -> int:
@@ -52,6 +56,9 @@ def _array_address(array: np.ndarray) -> int:
 def _storage_address(param: Any) -> int:
     """Where the parameter's data lives now; -1 when MindSpore does not say (then every read is fresh)."""
     try:
-        return int(param._data_ptr())
+        return param.data_ptr()
     except (AttributeError, RuntimeError, TypeError, ValueError):
-        return -1
+        try:
+            return int(param._data_ptr())
+        except (AttributeError, RuntimeError, TypeError, ValueError):
+            return -1

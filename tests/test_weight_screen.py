@@ -1,5 +1,6 @@
 """WeightMonitor's screen must never miss what the watchpoint engine would report (it only preselects), and should
-let a healthy update through without calling the engine. Checked against the engine on crafted edge cases."""
+let a healthy update through without calling the engine. Checked against the engine on crafted edge cases, with the
+screen on its compiled kernel (float32 weights, numba) and on numpy's passes."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,11 +9,20 @@ import pytest
 from msdebug_hooks.callbacks._weight_screen import WeightScreen
 from msdebug_hooks.conditions import (TensorChangeAboveThresholdCondition, TensorOverflowCondition,
                                       TensorUnchangedCondition, check_many)
+from msdebug_hooks.conditions._engine import forced_engine
 
 RTOL, ATOL, RATIO = 1e-5, 1e-8, 0.1
 KINDS = ("unchanged", "change_too_large", "nan_or_inf")
 CONDITIONS = [TensorUnchangedCondition(rtol=RTOL, atol=ATOL),
               TensorChangeAboveThresholdCondition(abs_mean_update_ratio_gt=RATIO), TensorOverflowCondition()]
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def screen_engine(request):
+    """Every test runs with the screen built on each engine (the engine the watchpoint check confirms with is the
+    same one)."""
+    with forced_engine(request.param):
+        yield request.param
 
 
 def _cases(rng: np.random.Generator, dtype) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -138,3 +148,30 @@ def test_arrays_that_are_not_contiguous_are_read_afresh_every_time():
     base += 1.0
     assert screen.screen([weight])["unchanged"].tolist() == [False]
     np.testing.assert_array_equal(screen.current(0), weight)
+
+
+def test_float32_screens_run_on_the_kernel_others_on_numpy(screen_engine):
+    weights = [np.ones(5, np.float32), np.ones(3, np.float32)]
+    assert (WeightScreen(weights, rtol=RTOL, atol=ATOL)._kernels is not None) == (screen_engine == "compiled")
+    assert WeightScreen([w.astype(np.float64) for w in weights], rtol=RTOL, atol=ATOL)._kernels is None
+
+
+def test_a_screen_moving_between_kernel_and_numpy_keeps_its_sums_right():
+    """Views that stop being contiguous send a step to numpy's passes, which need sum |p| the kernel did not keep."""
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((64, 32)).astype(np.float32)
+    other = rng.standard_normal(100).astype(np.float32)
+    screen = WeightScreen([base, other], rtol=RTOL, atol=ATOL, ratio_gt=RATIO)
+    expected = []
+    for step, big in enumerate([False, True, False, True]):
+        previous = [base.copy(), other.copy()]
+        base += (0.5 if big else 0.01) * np.abs(base)                  # an update ratio of 0.5 or 0.01
+        other -= 0.01 * other
+        arrays = [base if step % 2 == 0 else np.asfortranarray(base).T.T, other]
+        masks = screen.screen(arrays)
+        results = [check_many(CONDITIONS, now, previous=before) for now, before in zip([base, other], previous)]
+        expected.append([r[1].hit for r in results])
+        assert masks["change_too_large"].tolist() == expected[-1]
+        assert not masks["unchanged"].any() and not masks["nan_or_inf"].any()
+        screen.commit()
+    assert expected == [[False, False], [True, False], [False, False], [True, False]]

@@ -130,7 +130,7 @@ class WeightMonitor(AgreedStop, Callback):
         step = int(cb_params.cur_step_num)
         if step % self.every_n_steps:
             return
-        found = self._check(step, int(_get(cb_params, "cur_epoch_num") or 0))
+        found = self._check(step, cb_params)
         if found:
             self._act(run_context, found)
 
@@ -164,10 +164,10 @@ class WeightMonitor(AgreedStop, Callback):
         if not self._params:
             _LOG.warning("WeightMonitor: no trainable parameter selected; nothing to check")
 
-    def _check(self, step: int, epoch: int) -> list[WeightProblem]:
+    def _check(self, step: int, cb_params: Any) -> list[WeightProblem]:
         screen = self._screen
         suspects = screen.suspects(self._views.arrays())   # copies the live weights into the screen's own buffer
-        found = self._confirm(suspects, step, epoch) if suspects else []
+        found = self._confirm(suspects, step, int(_get(cb_params, "cur_epoch_num") or 0)) if suspects else []
         screen.commit()
         for problem in found:
             key = (problem.parameter, problem.kind)
@@ -176,7 +176,7 @@ class WeightMonitor(AgreedStop, Callback):
                 self.problems.append(problem)
             if self.counts[key] == 1:
                 _LOG.warning("WeightMonitor: epoch %d step %d: %s; further hits of this kind are "
-                             "counted, not logged", epoch, step, _describe(problem))
+                             "counted, not logged", problem.epoch, step, _describe(problem))
         return found
 
     def _confirm(self, suspects: list[int], step: int, epoch: int) -> list[WeightProblem]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import carray, njit, types
 from numba.extending import intrinsic
 
 #: elements per block: 16 KB of float32 (32 KB of float64) stays in L1 while every statistic reads it
@@ -411,3 +411,80 @@ def accumulate_segments(x, bits, prev, starts, paired, mode, bounds, tolerances,
         if b > a:
             accumulate(x[a:b], bits[a:b], prev[a:b], mode, paired[j], bounds, tolerances, fstate[j], istate[j],
                        counts[j], nowhere)
+
+
+# --- the weight screen: many float32 arrays, copied and screened in one call ----------------------------------------
+
+@intrinsic
+def _float32_at(typingctx, address):
+    """A float32 pointer from an integer address (an array's ``__array_interface__`` data address)."""
+    if address != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+    return types.CPointer(types.float32)(types.int64), codegen
+
+
+#: rows of ``screen_weights``' output, one column per array
+SCREEN_SPECIALS, SCREEN_MOVED, SCREEN_CHANGE, SCREEN_PREVIOUS_ABS = 0, 1, 2, 3
+SCREEN_UNCHANGED, SCREEN_TOO_LARGE, SCREEN_NOT_FINITE = 4, 5, 6
+SCREEN_ROWS = 7
+SCREEN_SIGNATURE = types.int64(_array(types.int64, 2, readonly=True), _array(types.float32),
+                               _array(types.float32, readonly=True), types.float64, types.float64, types.float64,
+                               types.float64, types.boolean, _array(types.float64, 2))
+
+
+@njit([SCREEN_SIGNATURE], cache=True, nogil=True, boundscheck=False)
+def screen_weights(sources, current, previous, rtol, atol, ratio_gt, epsilon, finite, out):
+    """``WeightMonitor``'s screen in one call; returns how many arrays are flagged (0 on a healthy step).
+
+    Array ``j`` has ``sources[1, j]`` float32 elements at address ``sources[0, j]`` (the caller keeps the arrays
+    alive); it is copied into ``current`` after the arrays before it and, while each block is in L1, measured
+    against ``previous`` (same layout). Column ``j`` of ``out`` gets: the NaN/Inf count; moved (1.0 when some
+    element fails |x - p| <= |p| * rtol + atol in float64, NaN included; once one fails the rest need no look);
+    with ``ratio_gt`` >= 0, sum |x - p| and sum |p| (summed as ``accumulate`` sums them); then the flags: could be
+    unchanged (not moved), change too large (sum |x - p| > ratio_gt * (sum |p| + epsilon * n)), not finite (when
+    ``finite``).
+    """
+    start = 0
+    flagged = 0
+    with_sums = ratio_gt >= 0.0
+    for j in range(sources.shape[1]):
+        n = sources[1, j]
+        source = carray(_float32_at(sources[0, j]), (n,))
+        into = current[start:start + n]
+        before = previous[start:start + n]
+        bits = into.view(np.int32)
+        special = 0
+        is_moved = False
+        change = 0.0
+        previous_abs = 0.0
+        for lo in range(0, n, BLOCK):
+            hi = min(lo + BLOCK, n)
+            xb = into[lo:hi]
+            pb = before[lo:hi]
+            _block_copy(xb, source[lo:hi])
+            special += _block_specials(bits[lo:hi])
+            if not is_moved:
+                is_moved = _block_close(xb, pb, rtol, atol) < hi - lo
+            if with_sums:
+                diff, prev_abs = _block_previous(xb, pb)
+                if not (np.isfinite(diff) and np.isfinite(prev_abs)):
+                    diff, prev_abs = _block_previous64(xb, pb)
+                change += diff
+                previous_abs += prev_abs
+        too_large = with_sums and change > ratio_gt * (previous_abs + epsilon * n)
+        not_finite = finite and special > 0
+        out[SCREEN_SPECIALS, j] = special
+        out[SCREEN_MOVED, j] = is_moved
+        out[SCREEN_CHANGE, j] = change
+        out[SCREEN_PREVIOUS_ABS, j] = previous_abs
+        out[SCREEN_UNCHANGED, j] = not is_moved
+        out[SCREEN_TOO_LARGE, j] = too_large
+        out[SCREEN_NOT_FINITE, j] = not_finite
+        if not is_moved or too_large or not_finite:
+            flagged += 1
+        start += n
+    return flagged
