@@ -183,3 +183,70 @@ def test_judging_ignores_floating_point_errors_and_restores_the_state():
         with pytest.raises(FloatingPointError):
             np.array([np.inf]) - np.array([np.inf])
     assert np.geterr() == before
+
+
+def test_compiled_marks_cover_every_pair_the_array_judging_reports():
+    """A prepared layout judges with one compiled call (``_kernels.mark_reportable``) that must mark every pair
+    ``judging.reportable_pairs`` marks (it may add pairs next to a limit: their exact evaluation decides), on random
+    batches of every condition class with NaN/Inf, empty tensors and missing or mismatched previous values."""
+    from test_find_hits import (CONDITION_CLASSES, DTYPES, SIZES, _random_condition, _random_previous,
+                                _random_tensor)
+
+    from msdebug_hooks.conditions import judging
+    from msdebug_hooks.conditions.engine import _batch_plan
+
+    rng = np.random.default_rng(20)
+    judged = marked = extra = 0
+    with _engine.forced_engine("compiled"):
+        k = _engine.kernels()
+        for _ in range(300):
+            count = int(rng.integers(1, 9))
+            values = [_random_tensor(rng, str(rng.choice(DTYPES)),
+                                     int(rng.choice(SIZES, p=[.1, .1, .1, .15, .2, .2, .1, .05])))
+                      for _ in range(count)]
+            previous = [_random_previous(rng, v) for v in values]
+            conditions = [_random_condition(rng, CONDITION_CLASSES[i])
+                          for i in rng.choice(len(CONDITION_CLASSES), size=int(rng.integers(1, 7)))]
+            plan = _batch_plan(conditions)
+            if plan is None:
+                continue
+            need, ranges, tolerances, wants_previous, rules = plan
+            read = previous if wants_previous else [None] * len(values)
+            prepared = layout.PreparedLayout(k, need, ranges, tolerances, wants_previous, values, read, None)
+            if not prepared.servable:
+                continue
+            found = prepared.fill(values, previous, None)
+            want = {tuple(p) for p in judging.reportable_pairs(conditions, found, rules)}
+            got = {tuple(p) for p in prepared.reportable_pairs(rules)}
+            assert want <= got, (want - got, conditions)
+            judged += count * len(conditions)
+            marked += len(want)
+            extra += len(got - want)
+    assert judged > 1000 and 100 < marked < judged and extra < marked / 10, (judged, marked, extra)
+
+
+def test_compiled_marks_at_the_limits():
+    """Statistics exactly at, or a rounding step past, each condition's limit: every operator's tie and near miss
+    is marked when the exact evaluation may report it, and the hits equal ``check_tensors``'."""
+    from msdebug_hooks.conditions import (TensorAllZeroCondition, TensorInitializationCondition,
+                                          TensorRangeCondition, judging)
+    from msdebug_hooks.conditions.engine import _batch_plan
+
+    just_above_one = np.nextafter(np.float32(1.0), np.float32(2.0))
+    values = [np.zeros(64, np.float32),                                        # 100 % zeros
+              np.array([0.0, 0.0, 0.5, just_above_one], np.float32),            # 50 % zeros, max a hair above 1
+              np.array([-2.0, -0.5, 0.5, 2.0], np.float32),                     # 50 % in [-1, 1]
+              np.array([np.nextafter(np.float32(1.0), np.float32(0.0)), 0.25], np.float32)]   # max a hair below 1
+    conditions = [TensorAllZeroCondition(zero_percentage_ge=100.0), TensorInitializationCondition(zero_percentage_ge=50.0),
+                  TensorTooLargeCondition(max_gt=1.0), TensorTooSmallCondition(max_lt=1.0),
+                  TensorRangeCondition(range_start_inclusive=-1.0, range_end_inclusive=1.0, range_percentage_lt=50.0),
+                  TensorRangeCondition(range_start_inclusive=-1.0, range_end_inclusive=1.0, range_percentage_gt=50.0)]
+    with _engine.forced_engine("compiled"):
+        need, ranges, tolerances, wants_previous, rules = _batch_plan(conditions)
+        prepared = layout.PreparedLayout(_engine.kernels(), need, ranges, tolerances, wants_previous, values,
+                                         [None] * len(values), None)
+        found = prepared.fill(values, [None] * len(values), None)
+        want = {tuple(p) for p in judging.reportable_pairs(conditions, found, rules)}
+        assert {(0, 0), (0, 1), (1, 1), (1, 2), (3, 3)} <= want           # ties of >= and <=, hairs past > and <
+        assert want <= {tuple(p) for p in prepared.reportable_pairs(rules)}
+        assert find_hits(conditions, values) == _reportable(check_tensors(conditions, values))

@@ -488,3 +488,99 @@ def screen_weights(sources, current, previous, rtol, atol, ratio_gt, epsilon, fi
             flagged += 1
         start += n
     return flagged
+
+
+# --- judging a prepared batch: which (tensor, condition) pairs may be reportable -----------------------------------
+
+#: condition kinds, statistic codes and operators of ``mark_reportable``'s rule table (``judging.compiled_rules``)
+JUDGE_ALL, JUDGE_NEVER, JUDGE_OVERFLOW, JUDGE_COMPARE = 0, 1, 2, 3
+STAT_MAX, STAT_MIN, STAT_MEAN, STAT_SD, STAT_ABS_MEAN, STAT_ZERO_PERCENTAGE, STAT_MAX_MIN, STAT_UPDATE_RATIO, \
+    STAT_RANGE = range(9)
+OP_GT, OP_LT, OP_GE, OP_LE = range(4)
+#: a comparison within this share of its limit marks the pair, whichever way it went: the exact evaluation decides
+MARK_SLACK = 1e-9
+
+
+@njit(cache=True, nogil=True)
+def _statistic(code, column, fstate, istate, counts, n, n_ranges, paired, epsilon):
+    """One statistic of a tensor with elements and no NaN/Inf, by ``stats._finish``'s formulas; NaN: not
+    evaluated."""
+    if code == STAT_MAX:
+        return fstate[F_MAX]
+    if code == STAT_MIN:
+        return fstate[F_MIN]
+    if code == STAT_MEAN:
+        if np.isfinite(fstate[F_MEAN]) and np.isfinite(fstate[F_SUM]):
+            return fstate[F_MEAN]
+        return fstate[F_SUM] / n
+    if code == STAT_SD:
+        if n == 1:
+            return 0.0
+        if np.isfinite(fstate[F_M2]) and np.isfinite(fstate[F_MEAN]):
+            return np.sqrt(fstate[F_M2] / (n - 1))
+        return np.nan
+    if code == STAT_ABS_MEAN:
+        return fstate[F_ABS] / n
+    if code == STAT_ZERO_PERCENTAGE:
+        return 100.0 * istate[I_ZERO] / n
+    if code == STAT_MAX_MIN:
+        return fstate[F_MAX] - fstate[F_MIN]
+    if code == STAT_UPDATE_RATIO:
+        if not paired:
+            return np.nan
+        return (fstate[F_DIFF] / n) / (fstate[F_PREV_ABS] / n + epsilon)
+    return 100.0 * counts[column] / n          # STAT_RANGE
+
+
+@njit(cache=True, nogil=True)
+def _may_hold(value, op, limit):
+    """``value op limit``, or ``value`` within ``MARK_SLACK`` of ``limit`` (NaN: never)."""
+    slack = MARK_SLACK * abs(limit)
+    if op == OP_GT or op == OP_GE:
+        return value >= limit - slack
+    return value <= limit + slack
+
+
+JUDGE_SIGNATURE = types.int64(
+    _array(types.float64, 2, readonly=True), _array(types.int64, 2, readonly=True),
+    _array(types.int64, 2, readonly=True), _array(types.int64, readonly=True), types.int64,
+    _array(types.boolean, readonly=True), _array(types.boolean, readonly=True),
+    _array(types.int64, 2, readonly=True), _array(types.int64, 2, readonly=True),
+    _array(types.float64, readonly=True), types.float64, _array(types.boolean, 2))
+
+
+@njit([JUDGE_SIGNATURE], cache=True, nogil=True)
+def mark_reportable(fstate, istate, counts, count, n_ranges, has_previous, paired, conditions, comparisons,
+                    limits, epsilon, marked):
+    """Mark every (tensor, condition) pair whose ``Condition.evaluate`` may be reportable (a hit or an error code);
+    returns how many were marked. A superset: a comparison near its limit is marked too, and the caller evaluates
+    marked pairs exactly. Rows of ``conditions``: (kind, allclose column or -1, needs previous, first and end row
+    of its comparisons); rows of ``comparisons``: (statistic, range column or -1, operator) with ``limits``."""
+    total = 0
+    for t in range(count.shape[0]):
+        n = count[t]
+        special = istate[t, I_NAN] + istate[t, I_PINF] + istate[t, I_NINF] > 0
+        for c in range(conditions.shape[0]):
+            kind = conditions[c, 0]
+            mark = False
+            if kind == JUDGE_ALL:
+                mark = True
+            elif kind == JUDGE_OVERFLOW:
+                mark = n > 0 and special
+            elif kind == JUDGE_COMPARE and n > 0:
+                if special or (conditions[c, 2] != 0 and not has_previous[t]):
+                    mark = True                          # an error code is reportable
+                else:
+                    column = conditions[c, 1]
+                    if column >= 0:
+                        mark = paired[t] and counts[t, n_ranges + column] == istate[t, I_N]
+                    for r in range(conditions[c, 3], conditions[c, 4]):
+                        if mark:
+                            break
+                        value = _statistic(comparisons[r, 0], comparisons[r, 1], fstate[t], istate[t], counts[t],
+                                           n, n_ranges, paired[t], epsilon)
+                        mark = _may_hold(value, comparisons[r, 2], limits[r])
+            marked[t, c] = mark
+            if mark:
+                total += 1
+    return total

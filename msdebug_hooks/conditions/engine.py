@@ -124,7 +124,8 @@ def find_hits(conditions: Sequence[Condition], tensors: Iterable[Any], previous:
               if compiled is not None else None)
     if layout is not None:   # the same statistics as batch_totals, from buffers made on an earlier call
         try:
-            return _hits(conditions, layout.fill(values, prevs, targets), rules)
+            found = layout.fill(values, prevs, targets)
+            return _hits(conditions, found, rules, layout.reportable_pairs(rules))
         finally:
             layout.release()
     try:
@@ -135,12 +136,13 @@ def find_hits(conditions: Sequence[Condition], tensors: Iterable[Any], previous:
     return _hits(conditions, found, rules)
 
 
-def _hits(conditions: Sequence[Condition], found: BatchTotals,
-          rules: list[tuple]) -> list[tuple[int, int, ConditionResult]]:
-    """The reportable (tensor, condition, result) of a batch's totals: judged as arrays, evaluated where marked."""
+def _hits(conditions: Sequence[Condition], found: BatchTotals, rules: list[tuple],
+          pairs: list[list[int]] | None = None) -> list[tuple[int, int, ConditionResult]]:
+    """The reportable (tensor, condition, result) of a batch's totals: judged as arrays (or ``pairs``, marked by
+    the compiled pre-judging of a prepared layout), evaluated where marked."""
     hits: list[tuple[int, int, ConditionResult]] = []
     statistics: dict[int, st.TensorStatistics] = {}
-    for tensor, index in reportable_pairs(conditions, found, rules):
+    for tensor, index in (reportable_pairs(conditions, found, rules) if pairs is None else pairs):
         stats = statistics.get(tensor)
         if stats is None:
             stats = statistics[tensor] = found.statistics(tensor)

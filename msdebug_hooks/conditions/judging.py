@@ -18,7 +18,7 @@ from msdebug_hooks.conditions.batch import BatchTotals
 from msdebug_hooks.conditions.conditions import Condition, OperatorOverflowCondition, TensorOverflowCondition
 from msdebug_hooks.conditions.params import OPERATORS
 
-__all__ = ["StatisticArrays", "judging_rules", "reportable_mask", "reportable_pairs"]
+__all__ = ["StatisticArrays", "compiled_rules", "judging_rules", "reportable_mask", "reportable_pairs"]
 
 
 class StatisticArrays:
@@ -136,6 +136,37 @@ def _rule(condition: Condition) -> tuple:
 def judging_rules(conditions: Sequence[Condition]) -> list[tuple]:
     """The rule of each condition (``_rule``): a caller judging the same list every step keeps them."""
     return [_rule(c) for c in conditions]
+
+
+_OPERATOR_NAMES = {function: name for name, function in OPERATORS.items()}
+
+
+def compiled_rules(k: Any, rules: Sequence[tuple], ranges: tuple, tolerances: tuple) -> tuple[np.ndarray, ...]:
+    """``rules`` as the tables of the compiled pre-judging kernel (``k.mark_reportable``): per condition (kind,
+    allclose column or -1, needs previous, first and end comparison row); per comparison (statistic, range column
+    or -1, operator); the comparisons' limits."""
+    kinds = {"all": k.JUDGE_ALL, "never": k.JUDGE_NEVER, "overflow": k.JUDGE_OVERFLOW, "compare": k.JUDGE_COMPARE}
+    statistics = {"maximum": k.STAT_MAX, "minimum": k.STAT_MIN, "mean": k.STAT_MEAN, "sd": k.STAT_SD,
+                  "abs_mean": k.STAT_ABS_MEAN, "zero_percentage": k.STAT_ZERO_PERCENTAGE,
+                  "max_min": k.STAT_MAX_MIN, "update_ratio": k.STAT_UPDATE_RATIO}
+    operators = {"gt": k.OP_GT, "lt": k.OP_LT, "ge": k.OP_GE, "le": k.OP_LE}
+    conditions, comparisons, limits = [], [], []
+    for rule in rules:
+        if rule[0] != "compare":
+            conditions.append((kinds[rule[0]], -1, 0, 0, 0))
+            continue
+        _, tolerance, compares, needs_previous = rule
+        first = len(comparisons)
+        for reader, bounds, operator, limit in compares:
+            if reader is None:
+                comparisons.append((k.STAT_RANGE, ranges.index(bounds), operators[_OPERATOR_NAMES[operator]]))
+            else:
+                comparisons.append((statistics[reader], -1, operators[_OPERATOR_NAMES[operator]]))
+            limits.append(float(limit))
+        column = -1 if tolerance is None else tolerances.index(tolerance)
+        conditions.append((k.JUDGE_COMPARE, column, int(bool(needs_previous)), first, len(comparisons)))
+    return (np.array(conditions, np.int64).reshape(-1, 5), np.array(comparisons, np.int64).reshape(-1, 3),
+            np.array(limits, np.float64))
 
 
 def _mask(rule: tuple, arrays: StatisticArrays) -> np.ndarray:

@@ -26,6 +26,7 @@ from msdebug_hooks.conditions import _engine
 from msdebug_hooks.conditions import stats as st
 from msdebug_hooks.conditions._dtypes import KIND_BY_DTYPE, dtype_text, work_dtype
 from msdebug_hooks.conditions.batch import BatchTotals, StateColumns, group_bounds
+from msdebug_hooks.conditions.judging import compiled_rules
 from msdebug_hooks.errors import ConfigError
 
 _CACHE: dict[tuple, "PreparedLayout | None"] = {}   # signature -> layout (None: such calls take the general path)
@@ -162,6 +163,30 @@ class PreparedLayout:
         self.groups = [_Group(found, small[a:b], sizes, self.paired)
                        for a, b in group_bounds([sizes[i] for i in small])]
         found.freeze()
+        self._rule_tables: dict[int, tuple] = {}     # id(rules) -> (rules, its compiled tables)
+        self._marked: dict[int, np.ndarray] = {}     # number of conditions -> the marks array
+
+    def reportable_pairs(self, rules: list[tuple]) -> list[list[int]]:
+        """[tensor, condition] of the pairs that may be reportable after ``fill``, judged by one compiled call
+        (``_kernels.mark_reportable``: a superset of ``judging.reportable_pairs``, which the exact evaluation of
+        each pair narrows); [] on a step without a hit, which is the whole judging then. The rules' tables are made
+        once per condition list."""
+        tables = self._rule_tables.get(id(rules))
+        if tables is None or tables[0] is not rules:
+            if len(self._rule_tables) >= 8:
+                self._rule_tables.clear()
+            tables = self._rule_tables[id(rules)] = (rules, *compiled_rules(self.k, rules, self.found.ranges,
+                                                                            self.found.tolerances))
+        _, conditions, comparisons, limits = tables
+        found = self.found
+        marked = self._marked.get(len(rules))
+        if marked is None:
+            marked = self._marked[len(rules)] = np.empty((found.size, len(rules)), np.bool_)
+        if not self.k.mark_reportable(found.fstate, found.istate, found.counts, found.count, len(found.ranges),
+                                      found.has_previous, found.paired, conditions, comparisons, limits,
+                                      st.UPDATE_RATIO_EPSILON, marked):
+            return []
+        return np.argwhere(marked).tolist()
 
     def keeps_into(self, targets: list | None) -> bool:
         """Whether ``targets`` are the very keep buffers this layout was built for, still writable."""
