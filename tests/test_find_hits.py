@@ -112,6 +112,17 @@ def _random_previous(rng: np.random.Generator, value: np.ndarray):
         return changed.astype(value.dtype)
 
 
+def random_batch(rng: np.random.Generator, count: int) -> tuple[list, list, list]:
+    """(values, previous values, conditions): ``count`` random tensors of random dtypes and sizes, their random
+    previous values, and 1-6 random conditions."""
+    values = [_random_tensor(rng, str(rng.choice(DTYPES)), int(rng.choice(SIZES, p=[.1, .1, .1, .15, .2, .2, .1, .05])))
+              for _ in range(count)]
+    previous = [_random_previous(rng, v) for v in values]
+    conditions = [_random_condition(rng, CONDITION_CLASSES[i])
+                  for i in rng.choice(len(CONDITION_CLASSES), size=int(rng.integers(1, 7)))]
+    return values, previous, conditions
+
+
 def _reportable(results) -> list:
     return [(t, c, r) for t, per_tensor in enumerate(results) for c, r in enumerate(per_tensor) if r.reportable]
 
@@ -135,13 +146,8 @@ def test_find_hits_equals_the_reportable_results_of_check_tensors(engine):
     compared = hits_seen = 0
     with _engine.forced_engine(engine):
         for _ in range(150):
-            count = int(rng.integers(1, 10))
-            values = [_random_tensor(rng, str(rng.choice(DTYPES)),
-                                     int(rng.choice(SIZES, p=[.1, .1, .1, .15, .2, .2, .1, .05])))
-                      for _ in range(count)]
-            previous = [_random_previous(rng, v) for v in values]
-            conditions = [_random_condition(rng, CONDITION_CLASSES[i])
-                          for i in rng.choice(len(CONDITION_CLASSES), size=int(rng.integers(1, 7)))]
+            values, previous, conditions = random_batch(rng, int(rng.integers(1, 10)))
+            count = len(values)
             got = find_hits(conditions, values, previous)
             assert got == _reportable(check_tensors(conditions, values, previous))
             _assert_same_judgement(got, _reportable([check_many(conditions, v, p) for v, p in zip(values, previous)]))

@@ -189,8 +189,7 @@ def test_compiled_marks_cover_every_pair_the_array_judging_reports():
     """A prepared layout judges with one compiled call (``_kernels.mark_reportable``) that must mark every pair
     ``judging.reportable_pairs`` marks (it may add pairs next to a limit: their exact evaluation decides), on random
     batches of every condition class with NaN/Inf, empty tensors and missing or mismatched previous values."""
-    from test_find_hits import (CONDITION_CLASSES, DTYPES, SIZES, _random_condition, _random_previous,
-                                _random_tensor)
+    from test_find_hits import random_batch
 
     from msdebug_hooks.conditions import judging
     from msdebug_hooks.conditions.engine import _batch_plan
@@ -200,13 +199,8 @@ def test_compiled_marks_cover_every_pair_the_array_judging_reports():
     with _engine.forced_engine("compiled"):
         k = _engine.kernels()
         for _ in range(300):
-            count = int(rng.integers(1, 9))
-            values = [_random_tensor(rng, str(rng.choice(DTYPES)),
-                                     int(rng.choice(SIZES, p=[.1, .1, .1, .15, .2, .2, .1, .05])))
-                      for _ in range(count)]
-            previous = [_random_previous(rng, v) for v in values]
-            conditions = [_random_condition(rng, CONDITION_CLASSES[i])
-                          for i in rng.choice(len(CONDITION_CLASSES), size=int(rng.integers(1, 7)))]
+            values, previous, conditions = random_batch(rng, int(rng.integers(1, 9)))
+            count = len(values)
             plan = _batch_plan(conditions)
             if plan is None:
                 continue
