@@ -244,3 +244,74 @@ def test_compiled_marks_at_the_limits():
         assert {(0, 0), (0, 1), (1, 1), (1, 2), (3, 3)} <= want           # ties of >= and <=, hairs past > and <
         assert want <= {tuple(p) for p in prepared.reportable_pairs(rules)}
         assert find_hits(conditions, values) == _reportable(check_tensors(conditions, values))
+
+
+def _prepared(values, previous, targets=None) -> "layout.PreparedLayout":
+    from msdebug_hooks.conditions.engine import _batch_plan
+
+    need, ranges, tolerances, wants_previous, _ = _batch_plan(CONDITIONS)
+    return layout.PreparedLayout(_engine.kernels(), need, ranges, tolerances, wants_previous, values, previous,
+                                 targets)
+
+
+@pytest.mark.parametrize("keep", ["none", "other buffers", "into the previous values"])
+def test_float32_batches_filled_by_address_give_the_totals_of_the_array_path(step, keep):
+    """One ``fill_float32`` call from the arrays' addresses must leave exactly (bit for bit) the totals and kept
+    copies of the per-tensor path it replaces, for small and large tensors, NaN/Inf, unpaired previous values."""
+    rng, values, previous = step
+    values[0].flat[3] = np.nan
+    values[2].flat[7] = -np.inf
+    previous[6] = None
+    for v in values:
+        v += np.float32(0.125)
+    states, copies = [], []
+    for by_address in (True, False):
+        prev = [None if p is None else p.copy() for p in previous]
+        targets = {"none": None, "other buffers": [np.full_like(v, -1) for v in values],
+                   "into the previous values": prev}[keep]
+        prepared = _prepared(values, prev, targets)
+        assert prepared.all_float32
+        prepared.all_float32 = by_address
+        found = prepared.fill(values, prev, targets)
+        assert (prepared._addressed != {}) == by_address
+        states.append([found.fstate.copy(), found.istate.copy(), found.counts.copy()])
+        copies.append([None if t is None else t.copy() for t in targets or []])
+    for a, b in zip(*states):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(*copies):
+        np.testing.assert_array_equal(a, b)
+    if keep != "none":
+        for v, t in zip(values, copies[0]):
+            if t is not None:
+                np.testing.assert_array_equal(t, v)
+
+
+def test_an_address_table_is_dropped_when_its_arrays_die(step):
+    """A table is kept per identity of the arrays: when one of them dies its entry goes at once, so arrays made
+    later at the same addresses (and ids) are measured again, not read through a stale table."""
+    import gc
+
+    rng, values, previous = step
+    target = [np.empty_like(v) for v in values]
+    find_hits(CONDITIONS, values, previous, keep_into=target)
+    (prepared,) = [found for found in layout._CACHE.values() if found is not None]
+    assert len(prepared._addressed) == 1
+    del target
+    gc.collect()
+    assert prepared._addressed == {}
+    for _ in range(3):                                    # new buffers, possibly where the old ones were
+        target = [np.full_like(v, 5.0) for v in values]
+        got = find_hits(CONDITIONS, values, previous, keep_into=target)
+        for v, t in zip(values, target):
+            np.testing.assert_array_equal(t, v)
+        assert got == _fresh(CONDITIONS, values, previous)
+
+
+def test_arrays_that_are_not_contiguous_are_not_read_by_address(step):
+    rng, values, previous = step
+    find_hits(CONDITIONS, values, previous)
+    strided = [np.asfortranarray(v) if v.ndim > 1 else v for v in values]   # same shapes and dtype, other order
+    strided[2] *= np.float32(3.0)
+    (prepared,) = [found for found in layout._CACHE.values() if found is not None]
+    assert prepared._address_table(strided, previous, None) is None
+    assert find_hits(CONDITIONS, strided, previous) == _fresh(CONDITIONS, strided, previous)

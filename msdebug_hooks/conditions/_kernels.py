@@ -415,16 +415,25 @@ def accumulate_segments(x, bits, prev, starts, paired, mode, bounds, tolerances,
 
 # --- the weight screen: many float32 arrays, copied and screened in one call ----------------------------------------
 
-@intrinsic
-def _float32_at(typingctx, address):
-    """A float32 pointer from an integer address (an array's ``__array_interface__`` data address)."""
-    if address != types.int64:
-        return None
+def _pointer_at(element):
+    """An intrinsic making an ``element`` pointer from an integer address (an array's ``__array_interface__`` data
+    address), for ``carray``."""
 
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+    @intrinsic
+    def fn(typingctx, address):
+        if address != types.int64:
+            return None
 
-    return types.CPointer(types.float32)(types.int64), codegen
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+        return types.CPointer(element)(types.int64), codegen
+
+    return fn
+
+
+_float32_at = _pointer_at(types.float32)
+_int32_at = _pointer_at(types.int32)      # the bits of float32 data
 
 
 #: rows of ``screen_weights``' output, one column per array
@@ -584,3 +593,53 @@ def mark_reportable(fstate, istate, counts, count, n_ranges, has_previous, paire
             if mark:
                 total += 1
     return total
+
+
+# --- a prepared float32 batch filled from its arrays' addresses -----------------------------------------------------
+
+#: columns of ``fill_float32``'s table, one row per tensor
+FILL_VALUE, FILL_PREVIOUS, FILL_KEEP, FILL_SIZE, FILL_LARGE, FILL_PAIRED = range(6)
+FILL_COLUMNS = 6
+FILL_SIGNATURE = types.void(_array(types.int64, 2, readonly=True), types.int64,
+                            _array(types.float32, 2, readonly=True), _array(types.float64, 2, readonly=True),
+                            _array(types.float64, 2, readonly=True), _array(types.float64), _array(types.float64),
+                            _array(types.float64, readonly=True), _array(types.float64, 2), _array(types.int64, 2),
+                            _array(types.int64, 2))
+
+
+@njit([FILL_SIGNATURE], cache=True, nogil=True, boundscheck=False)
+def fill_float32(table, mode, bounds32, bounds64, tolerances, scratch, previous_scratch, start_row, fstate, istate,
+                 counts):
+    """A prepared layout's whole pass over float32 tensors given by address (the caller holds the arrays), row
+    ``j`` of ``table``: value, previous value (0: none) and keep buffer (0: none) addresses, size, large, paired.
+    Totals start from ``start_row`` and zeros. A large tensor is summed as ``accumulate`` sums float32 (its keep
+    buffer filled block by block in the pass); a small one is converted to float64 in ``scratch`` first and summed
+    as ``accumulate_segments`` sums its segment, then copied to its keep buffer (which may be its previous value:
+    that was converted before). The same totals as the layout's numpy-side fill, without a call per tensor."""
+    for j in range(table.shape[0]):
+        fstate[j, :] = start_row
+        istate[j, :] = 0
+        counts[j, :] = 0
+        n = table[j, FILL_SIZE]
+        paired = table[j, FILL_PAIRED] != 0
+        x = carray(_float32_at(table[j, FILL_VALUE]), (n,))
+        if table[j, FILL_LARGE] != 0:
+            bits = carray(_int32_at(table[j, FILL_VALUE]), (n,))
+            prev = carray(_float32_at(table[j, FILL_PREVIOUS]), (n,)) if paired else x[:0]
+            keep = carray(_float32_at(table[j, FILL_KEEP]), (n,)) if table[j, FILL_KEEP] != 0 else x[:0]
+            accumulate(x, bits, prev, mode, paired, bounds32, tolerances, fstate[j], istate[j], counts[j], keep)
+            continue
+        work = scratch[:n]
+        for i in range(n):
+            work[i] = x[i]
+        prev64 = previous_scratch[:n] if paired else scratch[:0]
+        if paired:
+            prev = carray(_float32_at(table[j, FILL_PREVIOUS]), (n,))
+            for i in range(n):
+                prev64[i] = prev[i]
+        accumulate(work, work.view(np.int64), prev64, mode, paired, bounds64, tolerances, fstate[j], istate[j],
+                   counts[j], scratch[:0])
+        if table[j, FILL_KEEP] != 0:
+            keep = carray(_float32_at(table[j, FILL_KEEP]), (n,))
+            for i in range(n):
+                keep[i] = x[i]

@@ -133,6 +133,10 @@ class PreparedLayout:
         self.mode = _engine.pass_mode(k, needed)
         self.tolerance_array = _engine.tolerance_array(tolerances)
         self.bounds64 = _engine.range_bounds(ranges, np.dtype(np.float64))
+        self.bounds32 = _engine.range_bounds(ranges, np.dtype(np.float32))
+        small_sizes = [v.size for v in values if v.size <= st.SMALL_TENSOR]
+        self.scratch = np.empty(max(small_sizes, default=0))            # small float32 tensors, as float64
+        self.previous_scratch = np.empty(max(small_sizes, default=0))
         found = self.found = _LayoutTotals(len(values), needed, ranges, tolerances, wants_previous, k)
         self.start_row = found.fstate[0].copy() if len(values) else None
         self.paired = [False] * len(values)
@@ -163,6 +167,9 @@ class PreparedLayout:
         self.groups = [_Group(found, small[a:b], sizes, self.paired)
                        for a, b in group_bounds([sizes[i] for i in small])]
         found.freeze()
+        self.all_float32 = bool(values) and all(v.dtype == np.float32 for v in values) and all(
+            not paired or p.dtype == np.float32 for p, paired in zip(prevs, self.paired))
+        self._addressed: dict[tuple, Any] = {}       # the arrays' identities -> their address table (or False)
         self._rule_tables: dict[int, tuple] = {}     # id(rules) -> (rules, its compiled tables)
         self._marked: dict[int, np.ndarray] = {}     # number of conditions -> the marks array
 
@@ -188,6 +195,38 @@ class PreparedLayout:
             return []
         return np.argwhere(marked).tolist()
 
+    def _address_table(self, values: Sequence[Any], prevs: Sequence[Any],
+                       targets: Sequence[Any] | None) -> np.ndarray | None:
+        """``fill_float32``'s table for these arrays, or None when one of them cannot be read by address (not
+        C-contiguous, aligned and native). Kept per identity of the arrays: the debugger passes the same views and
+        two alternating keep buffers every step. An entry holds the arrays by weak reference only, and is dropped
+        the moment one of them dies (a weak reference's callback), so an id in a key always names the array that
+        was measured."""
+        key = (tuple(map(id, values)), tuple(map(id, prevs)), None if targets is None else tuple(map(id, targets)))
+        entry = self._addressed.get(key)
+        if entry is not None:
+            return entry[1]
+        arrays = [*values, *[p for p, paired in zip(prevs, self.paired) if paired],
+                  *[t for t in targets or () if t is not None]]
+        if not all(a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative for a in arrays):
+            return None
+        table = np.zeros((len(values), self.k.FILL_COLUMNS), np.int64)
+        for j, (value, prev) in enumerate(zip(values, prevs)):
+            keep = None if targets is None else targets[j]
+            table[j] = (_address(value), _address(prev) if self.paired[j] else 0,
+                        0 if keep is None else _address(keep), value.size, value.size > st.SMALL_TENSOR,
+                        self.paired[j])
+        if len(self._addressed) >= 4:
+            self._addressed.clear()
+        entries = self._addressed
+
+        def forget(_: Any) -> None:
+            entries.pop(key, None)
+
+        refs = [weakref.ref(a, forget) for a in (*values, *prevs, *(targets or ())) if a is not None]
+        entries[key] = (refs, table)
+        return table
+
     def keeps_into(self, targets: list | None) -> bool:
         """Whether ``targets`` are the very keep buffers this layout was built for, still writable."""
         if targets is None:
@@ -203,6 +242,12 @@ class PreparedLayout:
         """The batch's totals for this call (the same object each call: read it before releasing the layout);
         ``targets``: the keep buffers ``keeps_into`` accepted."""
         k, found = self.k, self.found
+        if self.all_float32:
+            table = self._address_table(values, prevs, targets)
+            if table is not None:    # the same arrays as on an earlier call: one kernel call does it all
+                k.fill_float32(table, self.mode, self.bounds32, self.bounds64, self.tolerance_array, self.scratch,
+                               self.previous_scratch, self.start_row, found.fstate, found.istate, found.counts)
+                return found
         keep = [None] * len(values) if targets is None else [None if t is None else t.reshape(-1) for t in targets]
         if self.start_row is not None:
             found.fstate[:] = self.start_row
@@ -228,6 +273,11 @@ class PreparedLayout:
                 if keep[index] is not None:   # after the pass: a keep buffer may be the previous value itself
                     keep[index][...] = part   # (same dtype: a plain copy, cheaper than np.copyto)
         return found
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
 
 
 __all__ = ["PreparedLayout", "prepared_layout"]
