@@ -27,8 +27,9 @@ class ParameterViews:
         self._params = list(params)
         self._read = read
         self._cached: dict[int, tuple[Any, np.ndarray, int]] = {}   # id(param) -> (param, view, view address)
-        self._arrays: list[np.ndarray] = [self.value(param) for param in self._params]
-        self._addresses = [_array_address(view) for view in self._arrays]
+        # per list of parameters (by their ids; ``_cached`` holds them): (their views' addresses, the views)
+        self._lists: dict[tuple[int, ...], tuple[list[int], list[np.ndarray]]] = {}
+        self.values(self._params)
 
     def value(self, param: Any) -> np.ndarray:
         """The parameter's value now: the cached view if its storage did not move, else a fresh read (``read``:
@@ -41,12 +42,18 @@ class ParameterViews:
         return view
 
     def arrays(self) -> list[np.ndarray]:
-        """The values of the list given at construction, in its order (the same list object while no storage moved:
-        one address per parameter is all a step costs)."""
-        if [_storage_address(param) for param in self._params] != self._addresses:
-            self._arrays = [self.value(param) for param in self._params]
-            self._addresses = [_array_address(view) for view in self._arrays]
-        return self._arrays
+        """The values of the list given at construction, in its order."""
+        return self.values(self._params)
+
+    def values(self, params: Sequence[Any]) -> list[np.ndarray]:
+        """The values of ``params`` in order: the same list object while none of their storages moved, so one
+        address per parameter is all a step costs. Do not change the list."""
+        key = tuple(map(id, params))
+        known = self._lists.get(key)
+        if known is None or [_storage_address(param) for param in params] != known[0]:
+            views = [self.value(param) for param in params]
+            known = self._lists[key] = ([_array_address(view) for view in views], views)
+        return known[1]
 
 
 def _array_address(array: np.ndarray) -> int:

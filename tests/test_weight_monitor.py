@@ -190,3 +190,8 @@ def test_parameter_views_follow_in_place_updates_and_moves():
     assert views.arrays()[0] is first and np.all(first == 5.0)
     params[1].set_data(ms.Tensor(np.arange(5, dtype=np.float32)))            # new storage: read again
     assert views.arrays()[1].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    # any other list of parameters (the debugger's watched ones) is read the same way, in its own order
+    assert [v.tolist() for v in views.values([params[1]])] == [[0.0, 1.0, 2.0, 3.0, 4.0]]
+    params[1].set_data(ms.Tensor(np.full(5, 7.0, np.float32)))
+    assert views.values([params[1], params[0]])[0].tolist() == [7.0] * 5
+    assert views.values([params[1]])[0].tolist() == [7.0] * 5 and views.arrays()[1].tolist() == [7.0] * 5

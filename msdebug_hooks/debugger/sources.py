@@ -19,7 +19,7 @@ set during the suspension watches, or the initial suspension's). The buffers are
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Callable, Iterable, Optional, Union
+from typing import Callable, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -69,6 +69,18 @@ class TensorSource(ABC):
         if key not in self._current:
             self._current[key] = self.read(tensor, slot)
         return self._current[key]
+
+    def step_values(self, tensors: Sequence[str]) -> list[tuple[int, str, np.ndarray]]:
+        """(index in ``tensors``, slot, value) of every slot of ``tensors`` that has a value at this suspension
+        point, in order: ``current`` for each slot (a source may read them in bulk, as the light one does
+        parameters)."""
+        found = []
+        for index, tensor in enumerate(tensors):
+            for slot in self.slots(tensor):
+                value = self.current(tensor, slot)
+                if value is not None:
+                    found.append((index, slot, value))
+        return found
 
     def previous(self, tensor: str, slot: str = "0") -> Optional[np.ndarray]:
         """The value at the last suspension point, for the tensors named in ``keep_previous``."""

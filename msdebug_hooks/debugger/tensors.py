@@ -8,7 +8,7 @@ caller recorded for the step that just ended; the ``data`` / ``label`` inputs ar
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -32,6 +32,7 @@ class NetworkTensors(GraphTensorSource):
         self._inputs: Any = ()                 # the step's batch as MindSpore gave it (a list or tuple)
         self._params: Any = None               # the run context's parameters, read only when asked (set_step)
         self._views = ParameterViews(read=to_numpy)   # parameter values without an asnumpy per read and step
+        self._parameter_lists: dict[tuple[str, ...], Optional[list[Any]]] = {}   # see ``step_values``
 
     @property
     def loss(self) -> Optional[float]:
@@ -87,6 +88,32 @@ class NetworkTensors(GraphTensorSource):
 
     def close(self) -> None:
         self.capture.close()
+
+    def step_values(self, tensors: Sequence[str]) -> list[tuple[int, str, np.ndarray]]:
+        """Watched tensors that are all plain parameters (the usual watchpoints on weights) are read in bulk:
+        one storage address per parameter (``ParameterViews.values``), not a chain of lookups per tensor."""
+        key = tuple(tensors)
+        params = self._parameter_lists.get(key, False)
+        if params is False:
+            params = self._parameter_lists[key] = self._plain_parameters(key)
+        if params is None:
+            return super().step_values(tensors)
+        values = self._views.values(params)
+        self._current.update(zip(key, values))
+        return [(index, "0", value) for index, value in enumerate(values)]
+
+    def _plain_parameters(self, tensors: tuple[str, ...]) -> Optional[list[Any]]:
+        """The MindSpore parameters behind ``tensors`` when each is a parameter read straight from its storage,
+        else None. The graph does not change during a session; this is worked out once per list."""
+        graph, special = self.graph, {self.graph.loss_node, DATA_INPUT, LABEL_INPUT}
+        params = []
+        for name in tensors:
+            param = graph.parameters.get(name)
+            if (param is None or param.source is None or name in special or name in graph.updates
+                    or name in self.capture.capturable):
+                return None
+            params.append(param.source)
+        return params
 
     def value_of(self, name: str) -> Optional[np.ndarray]:
         if name == self.graph.loss_node:

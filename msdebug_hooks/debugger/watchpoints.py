@@ -13,7 +13,7 @@ conditions in that same pass (``TensorSource.keep_target``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 import numpy as np
@@ -38,6 +38,7 @@ class _Batch:
 
     conditions: list[Condition]
     tensors: list[tuple[int, str, Entries]]
+    names: list[str] = field(default_factory=list)   # the tensor names, in the order of ``tensors``
 
 
 @dataclass
@@ -154,11 +155,9 @@ class WatchpointTable:
         kept_parameters = self.watched_parameters() if keep else ()
         for batch in self._batches(initial, step_end):
             items = []                 # (order, entries, slot, value, previous, tensor)
-            for order, tensor, entries in batch.tensors:
-                for slot in source.slots(tensor):
-                    value = source.current(tensor, slot)
-                    if value is not None:
-                        items.append((order, entries, slot, value, source.previous(tensor, slot), tensor))
+            for index, slot, value in source.step_values(batch.names):
+                order, tensor, entries = batch.tensors[index]
+                items.append((order, entries, slot, value, source.previous(tensor, slot), tensor))
             if not items:
                 continue
             targets = [source.keep_target(tensor, value, slot)
@@ -198,6 +197,7 @@ class WatchpointTable:
             if batch is None:
                 batch = batches[ids] = _Batch([wp.condition for wp, _ in entries], [])
             batch.tensors.append((order, tensor, entries))
+            batch.names.append(tensor)
         result = list(batches.values())
         self._group_cache[key] = result
         return result
