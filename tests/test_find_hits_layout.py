@@ -265,13 +265,13 @@ def test_float32_batches_filled_by_address_give_the_totals_of_the_array_path(ste
     for v in values:
         v += np.float32(0.125)
     states, copies = [], []
-    for by_address in (True, False):
+    prepared = None
+    for by_address in (False, True):          # a layout's first fill goes tensor by tensor, later ones by address
         prev = [None if p is None else p.copy() for p in previous]
         targets = {"none": None, "other buffers": [np.full_like(v, -1) for v in values],
                    "into the previous values": prev}[keep]
-        prepared = _prepared(values, prev, targets)
+        prepared = prepared or _prepared(values, prev, targets)
         assert prepared.all_float32
-        prepared.all_float32 = by_address
         found = prepared.fill(values, prev, targets)
         assert (prepared._addressed != {}) == by_address
         states.append([found.fstate.copy(), found.istate.copy(), found.counts.copy()])
@@ -293,6 +293,7 @@ def test_an_address_table_is_dropped_when_its_arrays_die(step):
 
     rng, values, previous = step
     target = [np.empty_like(v) for v in values]
+    find_hits(CONDITIONS, values, previous, keep_into=target)
     find_hits(CONDITIONS, values, previous, keep_into=target)
     (prepared,) = [found for found in layout._CACHE.values() if found is not None]
     assert len(prepared._addressed) == 1

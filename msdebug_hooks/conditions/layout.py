@@ -169,7 +169,8 @@ class PreparedLayout:
         found.freeze()
         self.all_float32 = bool(values) and all(v.dtype == np.float32 for v in values) and all(
             not paired or p.dtype == np.float32 for p, paired in zip(prevs, self.paired))
-        self._addressed: dict[tuple, Any] = {}       # the arrays' identities -> their address table (or False)
+        self._addressed: dict[tuple, Any] = {}       # the arrays' identities -> their address table
+        self.fills = 0                               # a layout made for one call (a dump's batch) reads no address
         self._rule_tables: dict[int, tuple] = {}     # id(rules) -> (rules, its compiled tables)
         self._marked: dict[int, np.ndarray] = {}     # number of conditions -> the marks array
 
@@ -242,7 +243,8 @@ class PreparedLayout:
         """The batch's totals for this call (the same object each call: read it before releasing the layout);
         ``targets``: the keep buffers ``keeps_into`` accepted."""
         k, found = self.k, self.found
-        if self.all_float32:
+        self.fills += 1
+        if self.all_float32 and self.fills > 1:   # reused (a step after the first): worth an address table
             table = self._address_table(values, prevs, targets)
             if table is not None:    # the same arrays as on an earlier call: one kernel call does it all
                 k.fill_float32(table, self.mode, self.bounds32, self.bounds64, self.tolerance_array, self.scratch,
