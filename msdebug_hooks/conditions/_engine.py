@@ -17,9 +17,11 @@ from typing import Iterator
 
 import numpy as np
 
+from msdebug_hooks._log import get_logger
 from msdebug_hooks.conditions._dtypes import bfloat16_to_float32, f32_at_least, f32_at_most, work_chunks, work_dtype
 
 ENGINE_VARIABLE = "MSDEBUG_STATISTICS_ENGINE"
+COMPILE_NOTICE_AFTER = 3.0   # seconds of loading after which the kernels are being compiled, not loaded: say so
 
 _log = logging.getLogger("msdebug_hooks.conditions")
 _lock = threading.Lock()
@@ -48,15 +50,28 @@ def _load() -> ModuleType | None:
     if choice == "numpy":
         _log.debug("watchpoint statistics: numpy's chunked pass (%s=numpy)", ENGINE_VARIABLE)
         return None
+    # loading takes about a second; compiling (the first time on a machine, or after an upgrade) 20-30 s: say so
+    # when it takes long, rather than leave a training script silent at the attach
+    slow = threading.Timer(COMPILE_NOTICE_AFTER, _compile_notice)
+    slow.daemon = True
+    slow.start()
     try:
         from msdebug_hooks.conditions import _kernels as compiled
     except Exception as exc:  # ImportError, or numba failing to compile / load on this platform
         _log.warning("watchpoint statistics run on numpy's chunked pass, 3-5x slower on large tensors: the compiled "
                      "engine is not available (%s: %s); install numba>=0.60 to get it", type(exc).__name__, exc)
         return None
+    finally:
+        slow.cancel()
     import numba
     _log.debug("watchpoint statistics: compiled single-pass kernels (numba %s)", numba.__version__)
     return compiled
+
+
+def _compile_notice() -> None:
+    """Said through the project's logger, which reaches stderr even without a logging configuration."""
+    get_logger("statistics").info("compiling the watchpoint statistics kernels for this machine (numba, once: "
+                                  "20-30 s; later runs load them from its disk cache in about a second)")
 
 
 def engine_name() -> str:
