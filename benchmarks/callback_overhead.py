@@ -12,7 +12,7 @@ machine hit all of them alike. Two numbers per variant:
   step time (the least disturbed steps: the conservative choice on a shared machine). Preemption by other processes
   does not count as CPU time, so this number holds even when the machine is busy; the end-to-end ratio does not.
 
-Networks: LeNet-5, batch 32 (8 weight tensors, 61 k floats, a ~9 ms step) and ``small_transformer.py`` (228 tensors,
+Networks: LeNet-5, batch 32 (8 weight tensors, 61 k floats, a ~9 ms step) and ``small_transformer.py`` (214 tensors,
 25 M floats, a ~0.6 s step), where per-tensor and per-byte costs both show.
 
 Targets (issue 14): the three guards together <= 0.5 % of a LeNet step; WeightMonitor every step <= 2 % of a LeNet

@@ -1,5 +1,5 @@
 """What the online debugger client costs on real MindSpore CPU training, measured in one run: LeNet-5 (batch 32)
-and the 25 M-parameter, 228-tensor transformer of ``small_transformer.py``.
+and the 25 M-parameter, 214-tensor transformer of ``small_transformer.py``.
 
 A small debugger server of our own runs in a separate process (as MindInsight would) in "continue" mode: it answers
 every ``WaitCMD`` at once with "run one step", as MindInsight does during a continue, so what is measured is the
@@ -23,7 +23,7 @@ is the less load-sensitive one; the end-to-end one also contains gRPC threads an
 machine its noise exceeds the effect. The raw call is also timed back to back outside training. Targets (issue 14):
 no watchpoint, in-hook <= 1.3x the raw call at the same step end and end-to-end <= 5 %; 5 watchpoints, in-hook
 <= 15 % of a LeNet step. The transformer (``--transformer-rounds``, ``--transformer-steps``; one compiled model for
-all its variants) runs plain, with the debugger without watchpoints and with the 5 watchpoints on all 228 parameter
+all its variants) runs plain, with the debugger without watchpoints and with the 5 watchpoints on all 214 parameter
 tensors; target: in-hook <= 5 % of its step. Its memory floor is measured between its rounds: ``np.max`` over every
 weight and over a previous copy of it, then ``np.copyto`` of the weight into the copy (what a check that keeps the
 previous values must at least read and write); the in-hook time is printed as a ratio to it too.

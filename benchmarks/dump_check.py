@@ -1,7 +1,7 @@
 """How fast ``DumpAnalyzer.check_watchpoints`` checks a whole real dump, against just ``np.load``-ing the same files.
 
 Trains a network in graph mode with a sync dump of every tensor (child process): the examples' LeNet for ``--steps``
-steps, and ``small_transformer.py`` (25 M parameters, 228 weight tensors) for ``--transformer-steps``. Then, in this
+steps, and ``small_transformer.py`` (25 M parameters, 214 weight tensors) for ``--transformer-steps``. Then, in this
 process and with the files warm in the page cache, for each dump:
 
 1. ``np.load`` of every output tensor file the check reads (the floor: reading the data once);

@@ -3,8 +3,13 @@
 LeNet's 61 k weights in 10 tensors hide what a real model pays: hundreds of parameter tensors (per-call costs) and
 a hundred megabytes of weights (memory passes). This pre-LayerNorm transformer encoder has both: 14 layers of
 width 384 (6 heads, feed-forward 1536) over float32 token vectors, an input projection and a classification head:
-25.0 M float32 parameters (100 MB) in 228 tensors. A step trains a batch of 4 sequences of 32 tokens (128 tokens),
+25.0 M float32 parameters (100 MB) in 214 tensors. A step trains a batch of 4 sequences of 32 tokens (128 tokens),
 a short sequence, so the step stays a few hundred milliseconds on a 2-core CPU.
+
+The key projections have no bias, as in most transformer code: a bias added to every key shifts each query's
+scores by one constant, which softmax ignores, so its gradient is zero and it never changes. Until session 4 the
+model had them (228 tensors), and the debugger's "not changed" watchpoint reported those 14 tensors at every
+step, which the benchmarks' "no watchpoint hits" premise rules out (with MindInsight the first hit pauses).
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ def make_transformer() -> Any:
             super().__init__()
             self.attention_norm = nn.LayerNorm((WIDTH,))
             self.query = nn.Dense(WIDTH, WIDTH)
-            self.key = nn.Dense(WIDTH, WIDTH)
+            self.key = nn.Dense(WIDTH, WIDTH, has_bias=False)   # softmax ignores a key bias: see the docstring
             self.value = nn.Dense(WIDTH, WIDTH)
             self.attention_out = nn.Dense(WIDTH, WIDTH)
             self.ffn_norm = nn.LayerNorm((WIDTH,))

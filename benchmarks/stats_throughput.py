@@ -13,7 +13,7 @@ Every variant runs once per round, rounds interleaved; the best round counts. Ta
 Part 2: ``check_tensors`` over the parameters of one real training step (values after the step, with the values
 before as the previous values) against 5 watchpoints (overflow, too large by mean |x|, all zero, change below
 threshold by update ratio, unchanged), for LeNet-5 (10 tensors, 61 k floats) and the 25 M-parameter transformer
-(``small_transformer.py``: 228 tensors, 100 MB), compiled and numpy fallback interleaved: CPU time per step
+(``small_transformer.py``: 214 tensors, 100 MB), compiled and numpy fallback interleaved: CPU time per step
 (``time.thread_time``, robust on a shared machine) and GB/s of the bytes read (current + previous values); and for
 a monitor that keeps last step's values itself: a check followed by ``np.copyto`` against ``keep_previous=True``;
 and ``find_hits`` (the same check, only the reportable results built: what the online debugger calls), on both

@@ -1,7 +1,7 @@
 """A cheap first look at every weight at once, so ``WeightMonitor`` can afford to check every step.
 
 Calling the watchpoint engine on every parameter costs a full statistics pass per parameter and a fixed few tens of
-microseconds per call; a 25 M-parameter transformer has 228 tensors and 100 MB of weights. Instead the screen copies
+microseconds per call; a 25 M-parameter transformer has over 200 tensors and 100 MB of weights. Instead the screen copies
 the parameters into one flat buffer (the copy is needed anyway: on CPU ``asnumpy`` is a view of the live weights,
 and the next step compares with it) and, while each cache-sized group of it is still in the CPU cache, takes what
 it needs from it. From that it flags the parameters that *might* hit a condition, with margins so that it never
