@@ -18,7 +18,7 @@ The bounds, for a parameter with previous value p and current value x (n element
 float32 rounding of x-p is at most 2**-24 relative and the sums are numpy's pairwise ones per piece of at most 128 K
 elements, added in float64: the margins below cover both.
 
-With the compiled statistics engine (numba) and float32 weights, one kernel call (``_kernels.screen_weights``) does
+With the compiled statistics engine (numba) and float32 weights, one kernel call (``_step_kernels.screen_weights``) does
 all of it: per array it copies, counts NaN/Inf, and tests allclose exactly (float64, the engine's formula, with the
 margin) until the first element that moves, plus the sums when asked, block by block while each is in L1. A LeNet
 step's check is then one call instead of a dozen numpy calls and a Python loop over samples.

@@ -11,12 +11,12 @@ Statistics run on compiled single-pass kernels (numba) when numba is installed (
 chunked pass; call ``warm_up_statistics()`` when a debugger or monitor attaches so that the kernels are loaded (or
 compiled, the first time on a machine) before the first training step needs them.
 
-Modules: ``stats`` (statistics of one tensor, definitions, numpy's chunked pass), ``batch`` (many small tensors
-in one call), ``_engine`` (which engine runs; warm-up), ``_kernels`` (the compiled pass), ``params`` (parameter
-rules), ``conditions`` (one class per condition), ``engine`` (``check_many``: one statistics pass shared by
-several conditions; ``find_hits``: the reportable results of a batch), ``judging`` (conditions judged as arrays over a
-batch's statistics), ``protocol`` (proto ids, UI ids, ``name:param=value`` text), ``_blas`` (keeps numpy's BLAS on
-the calling thread).
+Modules: ``stats`` (statistics of one tensor, definitions, numpy's chunked pass), ``batch`` (many small tensors in
+one call), ``_engine`` (which engine runs; warm-up), ``_kernels`` (the compiled pass), ``_step_kernels`` (one-call
+kernels over a step's tensors), ``params`` (parameter rules), ``conditions`` (one class per condition), ``engine``
+(``check_many``: one statistics pass shared by several conditions; ``find_hits``: the reportable results of a
+batch), ``judging`` (conditions judged as arrays over a batch's statistics), ``protocol`` (proto ids, UI ids,
+``name:param=value`` text), ``_blas`` (keeps numpy's BLAS on the calling thread).
 """
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def _load() -> ModuleType | None:
     slow.daemon = True
     slow.start()
     try:
-        from msdebug_hooks.conditions import _kernels as compiled
+        from msdebug_hooks.conditions import _step_kernels as compiled   # the pass and the one-call kernels
     except Exception as exc:  # ImportError, or numba failing to compile / load on this platform
         _log.warning("watchpoint statistics run on numpy's chunked pass, 3-5x slower on large tensors: the compiled "
                      "engine is not available (%s: %s); install numba>=0.60 to get it", type(exc).__name__, exc)

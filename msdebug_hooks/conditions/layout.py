@@ -176,7 +176,7 @@ class PreparedLayout:
 
     def reportable_pairs(self, rules: list[tuple]) -> list[list[int]]:
         """[tensor, condition] of the pairs that may be reportable after ``fill``, judged by one compiled call
-        (``_kernels.mark_reportable``: a superset of ``judging.reportable_pairs``, which the exact evaluation of
+        (``_step_kernels.mark_reportable``: a superset of ``judging.reportable_pairs``, which the exact evaluation of
         each pair narrows); [] on a step without a hit, which is the whole judging then. The rules' tables are made
         once per condition list."""
         tables = self._rule_tables.get(id(rules))

@@ -1,0 +1,257 @@
+"""Kernels that do a whole step's work for many tensors in one call, on top of the statistics pass (``_kernels``).
+
+Why: in a step-end hook, right after a MindSpore step, each Python or numpy call costs about ten times its price in
+a loop (``docs/statistics-engine.md``), so a check of a few small tensors costs its calls, not its bytes. Each
+kernel here replaces a few dozen of them:
+* ``screen_weights``: ``WeightMonitor``'s screen (copy, NaN/Inf, allclose until the first move, update-ratio sums,
+  flags) over every weight;
+* ``mark_reportable``: which (tensor, condition) pairs of a prepared batch may be reportable;
+* ``fill_float32``: a prepared float32 batch's statistics pass, read from its arrays' addresses.
+
+Arrays are passed as integer addresses where a call covers many of them (numba has no cheap list of arrays); the
+callers hold the arrays while they are in use. ``_engine.kernels()`` returns this module: it re-exports the pass
+(``from _kernels import *``), so the engine reads every compiled kernel and slot constant from one place.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import carray, njit, types
+from numba.extending import intrinsic
+
+from msdebug_hooks.conditions._kernels import *  # noqa: F401,F403 - the pass and its slot constants, re-exported
+from msdebug_hooks.conditions._kernels import (BLOCK, F_ABS, F_DIFF, F_M2, F_MAX, F_MEAN, F_MIN, F_PREV_ABS, F_SUM,
+                                               I_N, I_NAN, I_NINF, I_PINF, I_ZERO, _array, _block_close,
+                                               _block_copy, _block_previous, _block_previous64, _block_specials,
+                                               accumulate)
+
+
+# --- the weight screen: many float32 arrays, copied and screened in one call ----------------------------------------
+
+def _pointer_at(element):
+    """An intrinsic making an ``element`` pointer from an integer address (an array's ``__array_interface__`` data
+    address), for ``carray``."""
+
+    @intrinsic
+    def fn(typingctx, address):
+        if address != types.int64:
+            return None
+
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+        return types.CPointer(element)(types.int64), codegen
+
+    return fn
+
+
+_float32_at = _pointer_at(types.float32)
+_int32_at = _pointer_at(types.int32)      # the bits of float32 data
+
+
+#: rows of ``screen_weights``' output, one column per array
+SCREEN_SPECIALS, SCREEN_MOVED, SCREEN_CHANGE, SCREEN_PREVIOUS_ABS = 0, 1, 2, 3
+SCREEN_UNCHANGED, SCREEN_TOO_LARGE, SCREEN_NOT_FINITE = 4, 5, 6
+SCREEN_ROWS = 7
+SCREEN_SIGNATURE = types.int64(_array(types.int64, 2, readonly=True), _array(types.float32),
+                               _array(types.float32, readonly=True), types.float64, types.float64, types.float64,
+                               types.float64, types.boolean, _array(types.float64, 2))
+
+
+@njit([SCREEN_SIGNATURE], cache=True, nogil=True, boundscheck=False)
+def screen_weights(sources, current, previous, rtol, atol, ratio_gt, epsilon, finite, out):
+    """``WeightMonitor``'s screen in one call; returns how many arrays are flagged (0 on a healthy step).
+
+    Array ``j`` has ``sources[1, j]`` float32 elements at address ``sources[0, j]`` (the caller keeps the arrays
+    alive); it is copied into ``current`` after the arrays before it and, while each block is in L1, measured
+    against ``previous`` (same layout). Column ``j`` of ``out`` gets: the NaN/Inf count; moved (1.0 when some
+    element fails |x - p| <= |p| * rtol + atol in float64, NaN included; once one fails the rest need no look);
+    with ``ratio_gt`` >= 0, sum |x - p| and sum |p| (summed as ``accumulate`` sums them); then the flags: could be
+    unchanged (not moved), change too large (sum |x - p| > ratio_gt * (sum |p| + epsilon * n)), not finite (when
+    ``finite``).
+    """
+    start = 0
+    flagged = 0
+    with_sums = ratio_gt >= 0.0
+    for j in range(sources.shape[1]):
+        n = sources[1, j]
+        source = carray(_float32_at(sources[0, j]), (n,))
+        into = current[start:start + n]
+        before = previous[start:start + n]
+        bits = into.view(np.int32)
+        special = 0
+        is_moved = False
+        change = 0.0
+        previous_abs = 0.0
+        for lo in range(0, n, BLOCK):
+            hi = min(lo + BLOCK, n)
+            xb = into[lo:hi]
+            pb = before[lo:hi]
+            _block_copy(xb, source[lo:hi])
+            special += _block_specials(bits[lo:hi])
+            if not is_moved:
+                is_moved = _block_close(xb, pb, rtol, atol) < hi - lo
+            if with_sums:
+                diff, prev_abs = _block_previous(xb, pb)
+                if not (np.isfinite(diff) and np.isfinite(prev_abs)):
+                    diff, prev_abs = _block_previous64(xb, pb)
+                change += diff
+                previous_abs += prev_abs
+        too_large = with_sums and change > ratio_gt * (previous_abs + epsilon * n)
+        not_finite = finite and special > 0
+        out[SCREEN_SPECIALS, j] = special
+        out[SCREEN_MOVED, j] = is_moved
+        out[SCREEN_CHANGE, j] = change
+        out[SCREEN_PREVIOUS_ABS, j] = previous_abs
+        out[SCREEN_UNCHANGED, j] = not is_moved
+        out[SCREEN_TOO_LARGE, j] = too_large
+        out[SCREEN_NOT_FINITE, j] = not_finite
+        if not is_moved or too_large or not_finite:
+            flagged += 1
+        start += n
+    return flagged
+
+
+# --- judging a prepared batch: which (tensor, condition) pairs may be reportable -----------------------------------
+
+#: condition kinds, statistic codes and operators of ``mark_reportable``'s rule table (``judging.compiled_rules``)
+JUDGE_ALL, JUDGE_NEVER, JUDGE_OVERFLOW, JUDGE_COMPARE = 0, 1, 2, 3
+STAT_MAX, STAT_MIN, STAT_MEAN, STAT_SD, STAT_ABS_MEAN, STAT_ZERO_PERCENTAGE, STAT_MAX_MIN, STAT_UPDATE_RATIO, \
+    STAT_RANGE = range(9)
+OP_GT, OP_LT, OP_GE, OP_LE = range(4)
+#: a comparison within this share of its limit marks the pair, whichever way it went: the exact evaluation decides
+MARK_SLACK = 1e-9
+
+
+@njit(cache=True, nogil=True)
+def _statistic(code, column, fstate, istate, counts, n, n_ranges, paired, epsilon):
+    """One statistic of a tensor with elements and no NaN/Inf, by ``stats._finish``'s formulas; NaN: not
+    evaluated."""
+    if code == STAT_MAX:
+        return fstate[F_MAX]
+    if code == STAT_MIN:
+        return fstate[F_MIN]
+    if code == STAT_MEAN:
+        if np.isfinite(fstate[F_MEAN]) and np.isfinite(fstate[F_SUM]):
+            return fstate[F_MEAN]
+        return fstate[F_SUM] / n
+    if code == STAT_SD:
+        if n == 1:
+            return 0.0
+        if np.isfinite(fstate[F_M2]) and np.isfinite(fstate[F_MEAN]):
+            return np.sqrt(fstate[F_M2] / (n - 1))
+        return np.nan
+    if code == STAT_ABS_MEAN:
+        return fstate[F_ABS] / n
+    if code == STAT_ZERO_PERCENTAGE:
+        return 100.0 * istate[I_ZERO] / n
+    if code == STAT_MAX_MIN:
+        return fstate[F_MAX] - fstate[F_MIN]
+    if code == STAT_UPDATE_RATIO:
+        if not paired:
+            return np.nan
+        return (fstate[F_DIFF] / n) / (fstate[F_PREV_ABS] / n + epsilon)
+    return 100.0 * counts[column] / n          # STAT_RANGE
+
+
+@njit(cache=True, nogil=True)
+def _may_hold(value, op, limit):
+    """``value op limit``, or ``value`` within ``MARK_SLACK`` of ``limit`` (NaN: never)."""
+    slack = MARK_SLACK * abs(limit)
+    if op == OP_GT or op == OP_GE:
+        return value >= limit - slack
+    return value <= limit + slack
+
+
+JUDGE_SIGNATURE = types.int64(
+    _array(types.float64, 2, readonly=True), _array(types.int64, 2, readonly=True),
+    _array(types.int64, 2, readonly=True), _array(types.int64, readonly=True), types.int64,
+    _array(types.boolean, readonly=True), _array(types.boolean, readonly=True),
+    _array(types.int64, 2, readonly=True), _array(types.int64, 2, readonly=True),
+    _array(types.float64, readonly=True), types.float64, _array(types.boolean, 2))
+
+
+@njit([JUDGE_SIGNATURE], cache=True, nogil=True)
+def mark_reportable(fstate, istate, counts, count, n_ranges, has_previous, paired, conditions, comparisons,
+                    limits, epsilon, marked):
+    """Mark every (tensor, condition) pair whose ``Condition.evaluate`` may be reportable (a hit or an error code);
+    returns how many were marked. A superset: a comparison near its limit is marked too, and the caller evaluates
+    marked pairs exactly. Rows of ``conditions``: (kind, allclose column or -1, needs previous, first and end row
+    of its comparisons); rows of ``comparisons``: (statistic, range column or -1, operator) with ``limits``."""
+    total = 0
+    for t in range(count.shape[0]):
+        n = count[t]
+        special = istate[t, I_NAN] + istate[t, I_PINF] + istate[t, I_NINF] > 0
+        for c in range(conditions.shape[0]):
+            kind = conditions[c, 0]
+            mark = False
+            if kind == JUDGE_ALL:
+                mark = True
+            elif kind == JUDGE_OVERFLOW:
+                mark = n > 0 and special
+            elif kind == JUDGE_COMPARE and n > 0:
+                if special or (conditions[c, 2] != 0 and not has_previous[t]):
+                    mark = True                          # an error code is reportable
+                else:
+                    column = conditions[c, 1]
+                    if column >= 0:
+                        mark = paired[t] and counts[t, n_ranges + column] == istate[t, I_N]
+                    for r in range(conditions[c, 3], conditions[c, 4]):
+                        if mark:
+                            break
+                        value = _statistic(comparisons[r, 0], comparisons[r, 1], fstate[t], istate[t], counts[t],
+                                           n, n_ranges, paired[t], epsilon)
+                        mark = _may_hold(value, comparisons[r, 2], limits[r])
+            marked[t, c] = mark
+            if mark:
+                total += 1
+    return total
+
+
+# --- a prepared float32 batch filled from its arrays' addresses -----------------------------------------------------
+
+#: columns of ``fill_float32``'s table, one row per tensor
+FILL_VALUE, FILL_PREVIOUS, FILL_KEEP, FILL_SIZE, FILL_LARGE, FILL_PAIRED = range(6)
+FILL_COLUMNS = 6
+FILL_SIGNATURE = types.void(_array(types.int64, 2, readonly=True), types.int64,
+                            _array(types.float32, 2, readonly=True), _array(types.float64, 2, readonly=True),
+                            _array(types.float64, 2, readonly=True), _array(types.float64), _array(types.float64),
+                            _array(types.float64, readonly=True), _array(types.float64, 2), _array(types.int64, 2),
+                            _array(types.int64, 2))
+
+
+@njit([FILL_SIGNATURE], cache=True, nogil=True, boundscheck=False)
+def fill_float32(table, mode, bounds32, bounds64, tolerances, scratch, previous_scratch, start_row, fstate, istate,
+                 counts):
+    """A prepared layout's whole pass over float32 tensors given by address (the caller holds the arrays), row
+    ``j`` of ``table``: value, previous value (0: none) and keep buffer (0: none) addresses, size, large, paired.
+    Totals start from ``start_row`` and zeros. A large tensor is summed as ``accumulate`` sums float32 (its keep
+    buffer filled block by block in the pass); a small one is converted to float64 in ``scratch`` first and summed
+    as ``accumulate_segments`` sums its segment, then copied to its keep buffer (which may be its previous value:
+    that was converted before). The same totals as the layout's numpy-side fill, without a call per tensor."""
+    for j in range(table.shape[0]):
+        fstate[j, :] = start_row
+        istate[j, :] = 0
+        counts[j, :] = 0
+        n = table[j, FILL_SIZE]
+        paired = table[j, FILL_PAIRED] != 0
+        x = carray(_float32_at(table[j, FILL_VALUE]), (n,))
+        if table[j, FILL_LARGE] != 0:
+            bits = carray(_int32_at(table[j, FILL_VALUE]), (n,))
+            prev = carray(_float32_at(table[j, FILL_PREVIOUS]), (n,)) if paired else x[:0]
+            keep = carray(_float32_at(table[j, FILL_KEEP]), (n,)) if table[j, FILL_KEEP] != 0 else x[:0]
+            accumulate(x, bits, prev, mode, paired, bounds32, tolerances, fstate[j], istate[j], counts[j], keep)
+            continue
+        work = scratch[:n]
+        for i in range(n):
+            work[i] = x[i]
+        prev64 = previous_scratch[:n] if paired else scratch[:0]
+        if paired:
+            prev = carray(_float32_at(table[j, FILL_PREVIOUS]), (n,))
+            for i in range(n):
+                prev64[i] = prev[i]
+        accumulate(work, work.view(np.int64), prev64, mode, paired, bounds64, tolerances, fstate[j], istate[j],
+                   counts[j], scratch[:0])
+        if table[j, FILL_KEEP] != 0:
+            keep = carray(_float32_at(table[j, FILL_KEEP]), (n,))
+            for i in range(n):
+                keep[i] = x[i]
