@@ -265,13 +265,18 @@ def test_float32_batches_filled_by_address_give_the_totals_of_the_array_path(ste
     for v in values:
         v += np.float32(0.125)
     states, copies = [], []
-    prepared = None
-    for by_address in (False, True):          # a layout's first fill goes tensor by tensor, later ones by address
-        prev = [None if p is None else p.copy() for p in previous]
-        targets = {"none": None, "other buffers": [np.full_like(v, -1) for v in values],
-                   "into the previous values": prev}[keep]
-        prepared = prepared or _prepared(values, prev, targets)
-        assert prepared.all_float32
+    prev = [None if p is None else p.copy() for p in previous]
+    targets = {"none": None, "other buffers": [np.full_like(v, -1) for v in values],
+               "into the previous values": prev}[keep]
+    prepared = _prepared(values, prev, targets)
+    assert prepared.all_float32
+    for by_address in (False, True):          # arrays met for the first time go tensor by tensor, then by address
+        for p, original in zip(prev, previous):
+            if p is not None:
+                p[...] = original             # as before the first fill (a keep into them overwrote them)
+        for t in targets or []:
+            if t is not None and keep == "other buffers":
+                t.fill(-1)
         found = prepared.fill(values, prev, targets)
         assert (prepared._addressed != {}) == by_address
         states.append([found.fstate.copy(), found.istate.copy(), found.counts.copy()])

@@ -170,7 +170,7 @@ class PreparedLayout:
         self.all_float32 = bool(values) and all(v.dtype == np.float32 for v in values) and all(
             not paired or p.dtype == np.float32 for p, paired in zip(prevs, self.paired))
         self._addressed: dict[tuple, Any] = {}       # the arrays' identities -> their address table
-        self.fills = 0                               # a layout made for one call (a dump's batch) reads no address
+        self._seen: set[tuple] = set()               # identities met once: a table is made when one comes back
         self._rule_tables: dict[int, tuple] = {}     # id(rules) -> (rules, its compiled tables)
         self._marked: dict[int, np.ndarray] = {}     # number of conditions -> the marks array
 
@@ -199,14 +199,20 @@ class PreparedLayout:
     def _address_table(self, values: Sequence[Any], prevs: Sequence[Any],
                        targets: Sequence[Any] | None) -> np.ndarray | None:
         """``fill_float32``'s table for these arrays, or None when one of them cannot be read by address (not
-        C-contiguous, aligned and native). Kept per identity of the arrays: the debugger passes the same views and
-        two alternating keep buffers every step. An entry holds the arrays by weak reference only, and is dropped
-        the moment one of them dies (a weak reference's callback), so an id in a key always names the array that
-        was measured."""
+        C-contiguous, aligned and native), or when these arrays come for the first time. Kept per identity of the
+        arrays: the debugger passes the same views and two alternating keep buffers every step, so its identities
+        come back; arrays read anew every call (a dump's files) never do and never pay for a table. An entry holds
+        the arrays by weak reference only, and is dropped the moment one of them dies (a weak reference's
+        callback), so an id in a key always names the array that was measured."""
         key = (tuple(map(id, values)), tuple(map(id, prevs)), None if targets is None else tuple(map(id, targets)))
         entry = self._addressed.get(key)
         if entry is not None:
             return entry[1]
+        if key not in self._seen:     # an id met again later may be another array: the table is measured then
+            if len(self._seen) >= 8:
+                self._seen.clear()
+            self._seen.add(key)
+            return None
         arrays = [*values, *[p for p, paired in zip(prevs, self.paired) if paired],
                   *[t for t in targets or () if t is not None]]
         if not all(a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative for a in arrays):
@@ -243,8 +249,7 @@ class PreparedLayout:
         """The batch's totals for this call (the same object each call: read it before releasing the layout);
         ``targets``: the keep buffers ``keeps_into`` accepted."""
         k, found = self.k, self.found
-        self.fills += 1
-        if self.all_float32 and self.fills > 1:   # reused (a step after the first): worth an address table
+        if self.all_float32:
             table = self._address_table(values, prevs, targets)
             if table is not None:    # the same arrays as on an earlier call: one kernel call does it all
                 k.fill_float32(table, self.mode, self.bounds32, self.bounds64, self.tolerance_array, self.scratch,
