@@ -17,6 +17,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from msdebug_hooks.conditions._engine import array_address
+
 
 class ParameterViews:
     """Current values of MindSpore parameters as numpy arrays (read-only use): a fixed list (``arrays``) or any
@@ -38,7 +40,7 @@ class ParameterViews:
         if cached is not None and cached[0] is param and _storage_address(param) == cached[2]:
             return cached[1]
         view = self._read(param)
-        self._cached[id(param)] = (param, view, _array_address(view))
+        self._cached[id(param)] = (param, view, array_address(view))
         return view
 
     def arrays(self) -> list[np.ndarray]:
@@ -52,12 +54,8 @@ class ParameterViews:
         known = self._lists.get(key)
         if known is None or [_storage_address(param) for param in params] != known[0]:
             views = [self.value(param) for param in params]
-            known = self._lists[key] = ([_array_address(view) for view in views], views)
+            known = self._lists[key] = ([array_address(view) for view in views], views)
         return known[1]
-
-
-def _array_address(array: np.ndarray) -> int:
-    return int(array.__array_interface__["data"][0])
 
 
 def _storage_address(param: Any) -> int:

@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from msdebug_hooks.conditions._engine import kernels
+from msdebug_hooks.conditions._engine import array_address, kernels
 
 _UNCHANGED_MARGIN = 1.0 + 1e-5   # loosen "could be unchanged" by far more than float32 rounding of x-p
 _RATIO_MARGIN = 1.0 - 1e-4       # loosen "could be too large" likewise for the pairwise sums
@@ -72,7 +72,7 @@ class WeightScreen:
         self._kernels = kernels() if self.dtype == np.float32 else None
         self._compiled_key: tuple = ()
         self._compiled_sources: list[np.ndarray] = []      # kept alive while their addresses are in use
-        self._compiled_sources_table = np.zeros((2, len(sizes)), np.int64)   # addresses, sizes
+        self._compiled_sources_table = np.stack([np.zeros(len(sizes), np.int64), sizes])   # addresses, sizes
         self._compiled_out = np.zeros((self._kernels.SCREEN_ROWS, len(sizes))) if self._kernels else None
         self._cur_abs_sum = self._prev_abs_sum = self._change_sum = None
         with np.errstate(invalid="ignore", over="ignore"):
@@ -170,8 +170,7 @@ class WeightScreen:
                 for a, size in zip(arrays, self.sizes.tolist())):
             self._compiled_key, self._compiled_sources = (), []
             return False
-        self._compiled_sources_table[0] = [a.__array_interface__["data"][0] for a in arrays]
-        self._compiled_sources_table[1] = self.sizes
+        self._compiled_sources_table[0] = [array_address(a) for a in arrays]
         self._compiled_key, self._compiled_sources = key, arrays
         return True
 

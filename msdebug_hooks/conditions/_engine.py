@@ -129,6 +129,12 @@ def int_view(a: np.ndarray) -> np.ndarray:
     return a.view(np.int32 if a.dtype.itemsize == 4 else np.int64)
 
 
+def array_address(a: np.ndarray) -> int:
+    """Where ``a``'s data starts: what the kernels that take arrays by address read, and what a parameter's storage
+    address is compared with."""
+    return a.__array_interface__["data"][0]
+
+
 _START: dict[str, np.ndarray] = {}
 
 

@@ -27,31 +27,21 @@ from msdebug_hooks.conditions._kernels import (BLOCK, F_ABS, F_DIFF, F_M2, F_MAX
 
 # --- the weight screen: many float32 arrays, copied and screened in one call ----------------------------------------
 
-def _pointer_at(element):
-    """An intrinsic making an ``element`` pointer from an integer address (an array's ``__array_interface__`` data
-    address), for ``carray``."""
+@intrinsic
+def _float32_at(typingctx, address):
+    """A float32 pointer from an integer address (``_engine.array_address``), for ``carray``."""
+    if address != types.int64:
+        return None
 
-    @intrinsic
-    def fn(typingctx, address):
-        if address != types.int64:
-            return None
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
 
-        def codegen(context, builder, signature, args):
-            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
-
-        return types.CPointer(element)(types.int64), codegen
-
-    return fn
+    return types.CPointer(types.float32)(types.int64), codegen
 
 
-_float32_at = _pointer_at(types.float32)
-_int32_at = _pointer_at(types.int32)      # the bits of float32 data
-
-
-#: rows of ``screen_weights``' output, one column per array
-SCREEN_SPECIALS, SCREEN_MOVED, SCREEN_CHANGE, SCREEN_PREVIOUS_ABS = 0, 1, 2, 3
-SCREEN_UNCHANGED, SCREEN_TOO_LARGE, SCREEN_NOT_FINITE = 4, 5, 6
-SCREEN_ROWS = 7
+#: rows of ``screen_weights``' output (the flags), one column per array
+SCREEN_UNCHANGED, SCREEN_TOO_LARGE, SCREEN_NOT_FINITE = 0, 1, 2
+SCREEN_ROWS = 3
 SCREEN_SIGNATURE = types.int64(_array(types.int64, 2, readonly=True), _array(types.float32),
                                _array(types.float32, readonly=True), types.float64, types.float64, types.float64,
                                types.float64, types.boolean, _array(types.float64, 2))
@@ -63,11 +53,10 @@ def screen_weights(sources, current, previous, rtol, atol, ratio_gt, epsilon, fi
 
     Array ``j`` has ``sources[1, j]`` float32 elements at address ``sources[0, j]`` (the caller keeps the arrays
     alive); it is copied into ``current`` after the arrays before it and, while each block is in L1, measured
-    against ``previous`` (same layout). Column ``j`` of ``out`` gets: the NaN/Inf count; moved (1.0 when some
-    element fails |x - p| <= |p| * rtol + atol in float64, NaN included; once one fails the rest need no look);
-    with ``ratio_gt`` >= 0, sum |x - p| and sum |p| (summed as ``accumulate`` sums them); then the flags: could be
-    unchanged (not moved), change too large (sum |x - p| > ratio_gt * (sum |p| + epsilon * n)), not finite (when
-    ``finite``).
+    against ``previous`` (same layout): NaN/Inf count; whether some element fails |x - p| <= |p| * rtol + atol in
+    float64, NaN included (once one fails the rest need no look); with ``ratio_gt`` >= 0, sum |x - p| and sum |p|
+    (summed as ``accumulate`` sums them). Column ``j`` of ``out`` gets the flags: could be unchanged (no element
+    failed), change too large (sum |x - p| > ratio_gt * (sum |p| + epsilon * n)), not finite (when ``finite``).
     """
     start = 0
     flagged = 0
@@ -98,10 +87,6 @@ def screen_weights(sources, current, previous, rtol, atol, ratio_gt, epsilon, fi
                 previous_abs += prev_abs
         too_large = with_sums and change > ratio_gt * (previous_abs + epsilon * n)
         not_finite = finite and special > 0
-        out[SCREEN_SPECIALS, j] = special
-        out[SCREEN_MOVED, j] = is_moved
-        out[SCREEN_CHANGE, j] = change
-        out[SCREEN_PREVIOUS_ABS, j] = previous_abs
         out[SCREEN_UNCHANGED, j] = not is_moved
         out[SCREEN_TOO_LARGE, j] = too_large
         out[SCREEN_NOT_FINITE, j] = not_finite
@@ -236,22 +221,17 @@ def fill_float32(table, mode, bounds32, bounds64, tolerances, scratch, previous_
         paired = table[j, FILL_PAIRED] != 0
         x = carray(_float32_at(table[j, FILL_VALUE]), (n,))
         if table[j, FILL_LARGE] != 0:
-            bits = carray(_int32_at(table[j, FILL_VALUE]), (n,))
             prev = carray(_float32_at(table[j, FILL_PREVIOUS]), (n,)) if paired else x[:0]
             keep = carray(_float32_at(table[j, FILL_KEEP]), (n,)) if table[j, FILL_KEEP] != 0 else x[:0]
-            accumulate(x, bits, prev, mode, paired, bounds32, tolerances, fstate[j], istate[j], counts[j], keep)
+            accumulate(x, x.view(np.int32), prev, mode, paired, bounds32, tolerances, fstate[j], istate[j],
+                       counts[j], keep)
             continue
         work = scratch[:n]
-        for i in range(n):
-            work[i] = x[i]
+        _block_copy(work, x)
         prev64 = previous_scratch[:n] if paired else scratch[:0]
         if paired:
-            prev = carray(_float32_at(table[j, FILL_PREVIOUS]), (n,))
-            for i in range(n):
-                prev64[i] = prev[i]
+            _block_copy(prev64, carray(_float32_at(table[j, FILL_PREVIOUS]), (n,)))
         accumulate(work, work.view(np.int64), prev64, mode, paired, bounds64, tolerances, fstate[j], istate[j],
                    counts[j], scratch[:0])
         if table[j, FILL_KEEP] != 0:
-            keep = carray(_float32_at(table[j, FILL_KEEP]), (n,))
-            for i in range(n):
-                keep[i] = x[i]
+            _block_copy(carray(_float32_at(table[j, FILL_KEEP]), (n,)), x)

@@ -115,7 +115,7 @@ def reportable_mask(condition: Condition, arrays: StatisticArrays) -> np.ndarray
 def _rule(condition: Condition) -> tuple:
     """How ``reportable_mask`` judges ``condition``, worked out once per condition list: ("all",)
     for a subclass with its own ``evaluate``, ("never",), ("overflow",), or ("compare", allclose tolerance or None,
-    [(reader, range bounds or None, operator, parameter value)], whether a previous value is needed)."""
+    [(reader, range bounds or None, operator name, parameter value)], whether a previous value is needed)."""
     if type(condition).evaluate not in _KNOWN_EVALUATE:
         return ("all",)
     if isinstance(condition, OperatorOverflowCondition):
@@ -129,16 +129,13 @@ def _rule(condition: Condition) -> tuple:
         reader = _READERS.get(spec.statistic)
         bounds = condition.range_bounds() if spec.statistic == "range_percentage" else None
         if reader is not None or bounds is not None:
-            compares.append((reader, bounds, OPERATORS[spec.operator], condition.params[spec.name]))
+            compares.append((reader, bounds, spec.operator, condition.params[spec.name]))
     return ("compare", condition.allclose_tolerance(), compares, condition.needs_previous)
 
 
 def judging_rules(conditions: Sequence[Condition]) -> list[tuple]:
     """The rule of each condition (``_rule``): a caller judging the same list every step keeps them."""
     return [_rule(c) for c in conditions]
-
-
-_OPERATOR_NAMES = {function: name for name, function in OPERATORS.items()}
 
 
 def compiled_rules(k: Any, rules: Sequence[tuple], ranges: tuple, tolerances: tuple) -> tuple[np.ndarray, ...]:
@@ -159,9 +156,9 @@ def compiled_rules(k: Any, rules: Sequence[tuple], ranges: tuple, tolerances: tu
         first = len(comparisons)
         for reader, bounds, operator, limit in compares:
             if reader is None:
-                comparisons.append((k.STAT_RANGE, ranges.index(bounds), operators[_OPERATOR_NAMES[operator]]))
+                comparisons.append((k.STAT_RANGE, ranges.index(bounds), operators[operator]))
             else:
-                comparisons.append((statistics[reader], -1, operators[_OPERATOR_NAMES[operator]]))
+                comparisons.append((statistics[reader], -1, operators[operator]))
             limits.append(float(limit))
         column = -1 if tolerance is None else tolerances.index(tolerance)
         conditions.append((k.JUDGE_COMPARE, column, int(bool(needs_previous)), first, len(comparisons)))
@@ -182,7 +179,7 @@ def _mask(rule: tuple, arrays: StatisticArrays) -> np.ndarray:
     hit = arrays.allclose(tolerance) if tolerance is not None else None
     for reader, bounds, operator, limit in compares:
         values = getattr(arrays, reader)() if reader is not None else arrays.range_percentage(bounds)
-        param_hit = operator(values, limit)   # NaN: never a hit
+        param_hit = OPERATORS[operator](values, limit)   # NaN: never a hit
         hit = param_hit if hit is None else hit | param_hit
     if hit is not None and (arrays.clean_with_previous if needs_previous else arrays.clean):
         return hit

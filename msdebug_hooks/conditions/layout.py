@@ -220,8 +220,8 @@ class PreparedLayout:
         table = np.zeros((len(values), self.k.FILL_COLUMNS), np.int64)
         for j, (value, prev) in enumerate(zip(values, prevs)):
             keep = None if targets is None else targets[j]
-            table[j] = (_address(value), _address(prev) if self.paired[j] else 0,
-                        0 if keep is None else _address(keep), value.size, value.size > st.SMALL_TENSOR,
+            table[j] = (_engine.array_address(value), _engine.array_address(prev) if self.paired[j] else 0,
+                        0 if keep is None else _engine.array_address(keep), value.size, value.size > st.SMALL_TENSOR,
                         self.paired[j])
         if len(self._addressed) >= 4:
             self._addressed.clear()
@@ -280,11 +280,6 @@ class PreparedLayout:
                 if keep[index] is not None:   # after the pass: a keep buffer may be the previous value itself
                     keep[index][...] = part   # (same dtype: a plain copy, cheaper than np.copyto)
         return found
-
-
-def _address(array: np.ndarray) -> int:
-    return array.__array_interface__["data"][0]
-
 
 
 __all__ = ["PreparedLayout", "prepared_layout"]
