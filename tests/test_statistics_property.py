@@ -221,6 +221,21 @@ def test_a_statistic_does_not_depend_on_what_else_is_asked():
     assert len(values) == 1
 
 
+@pytest.mark.parametrize("size", [100_003, 3_000_001])   # the second keeps its previous value by streaming stores
+def test_the_update_ratio_does_not_depend_on_what_else_is_asked(size):
+    """The previous-value sums are taken in one loop whatever else a pass needs (in extremes mode that loop also
+    gives max/min), so the update ratio is the same bit for bit from every specialisation, kept or not."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(size).astype(np.float32)
+    previous = x + rng.standard_normal(size).astype(np.float32) * np.float32(1e-3)
+    asked = [{"update_ratio"}, {"update_ratio", "max"}, {"update_ratio", "max", "min"},
+             {"update_ratio", "abs_mean"}, st.ALL_STATISTICS]
+    ratios = {st.compute_statistics(x, previous, need).update_ratio for need in asked}
+    kept = previous.copy()
+    ratios.add(st.compute_statistics(x, kept, {"update_ratio", "max", "min"}, keep_previous=True).update_ratio)
+    assert len(ratios) == 1 and np.array_equal(kept, x)
+
+
 def test_read_only_and_foreign_byte_order_inputs_use_the_same_kernels():
     x = np.random.default_rng(4).standard_normal(50_000).astype(np.float32)
     frozen = x.copy()
@@ -290,3 +305,27 @@ def test_conditions_pickle_after_judging():
         before = condition.check(x, x * 1.0001)
         copy = pickle.loads(pickle.dumps(condition))
         assert copy == condition and copy.check(x, x * 1.0001) == before
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_streamed_keep_buffers_hold_every_byte_at_any_alignment(dtype):
+    """A keep buffer from ``STREAM_BYTES`` up is written with 16-byte streaming stores after a cached head up to
+    alignment and before a cached tail: every offset and length remainder must still copy every byte, into a
+    separate buffer or into the previous value itself, without changing a statistic."""
+    from msdebug_hooks.conditions import _kernels
+    rng = np.random.default_rng(17)
+    itemsize = np.dtype(dtype).itemsize
+    size = _kernels.STREAM_BYTES // itemsize + 4099            # several blocks and a ragged last one
+    with _engine.forced_engine("compiled"):
+        for offset in range(4):
+            for extra in range(3):
+                n = size + extra
+                x = rng.standard_normal(n).astype(dtype)
+                previous = (x + rng.standard_normal(n).astype(dtype) * 1e-3).astype(dtype)
+                expected = st.compute_statistics(x, previous, NEEDED, allclose_tolerances=TOLERANCES)
+                storage = np.zeros(n + 4, dtype)
+                kept = storage[offset:offset + n]               # 0-3 elements past an aligned start
+                kept[...] = previous
+                got = st.compute_statistics(x, kept, NEEDED, allclose_tolerances=TOLERANCES, keep_previous=True)
+                assert got.as_dict() == expected.as_dict()
+                assert _same_bytes(kept, x) and not storage[:offset].any() and not storage[offset + n:].any()
