@@ -76,11 +76,13 @@ def screen_weights(sources, current, previous, rtol, atol, ratio_gt, epsilon, fi
             xb = into[lo:hi]
             pb = before[lo:hi]
             _block_copy(xb, source[lo:hi])
-            special += _block_specials(bits[lo:hi])
             if not is_moved:
                 is_moved = _block_close(xb, pb, rtol, atol) < hi - lo
-            if with_sums:
-                diff, prev_abs = _block_previous(xb, pb)
+            if not with_sums:
+                special += _block_specials(bits[lo:hi])
+            else:     # the engine's previous-value loop (its NaN/Inf count too), so the sums are the engine's
+                _, _, block_special, diff, prev_abs = _block_previous(xb, bits[lo:hi], pb)
+                special += block_special
                 if not (np.isfinite(diff) and np.isfinite(prev_abs)):
                     diff, prev_abs = _block_previous64(xb, pb)
                 change += diff
