@@ -94,6 +94,25 @@ def test_healthy_update_passes_without_suspects_and_buffers_swap():
     assert masks["unchanged"].tolist() == [True, False, True]
 
 
+def test_large_weights_are_copied_exactly_at_any_offset_in_the_flat_buffer():
+    """Weights of 256 KB and more are measured where they are and streamed into the screen's copy (compiled screen):
+    the committed copy must hold every element, whatever the alignment their place in the flat buffer gives them."""
+    rng = np.random.default_rng(4)
+    weights = [rng.standard_normal(size).astype(np.float32) for size in (3, 70_001, 1, 65_536, 5, 131_075)]
+    screen = WeightScreen(weights, rtol=RTOL, atol=ATOL, ratio_gt=RATIO)
+    for _ in range(3):
+        for w in weights:
+            w -= 0.01 * rng.standard_normal(w.shape).astype(np.float32)
+        masks = screen.screen(weights)
+        assert not any(mask.any() for mask in masks.values())
+        screen.commit()
+        for index, w in enumerate(weights):
+            np.testing.assert_array_equal(screen.previous(index), w)
+    weights[3][-1] += 1.0             # the last element of a streamed weight moves; nothing else does
+    masks = screen.screen(weights)
+    assert masks["unchanged"].tolist() == [True, True, True, False, True, True]
+
+
 def test_only_the_asked_conditions_are_screened():
     weights = [np.ones(4, np.float32), np.full(3, np.nan, np.float32)]
     screen = WeightScreen(weights, rtol=RTOL, atol=ATOL, ratio_gt=None, finite=False)

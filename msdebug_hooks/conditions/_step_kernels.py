@@ -20,9 +20,9 @@ from numba.extending import intrinsic
 
 from msdebug_hooks.conditions._kernels import *  # noqa: F401,F403 - the pass and its slot constants, re-exported
 from msdebug_hooks.conditions._kernels import (BLOCK, F_ABS, F_DIFF, F_M2, F_MAX, F_MEAN, F_MIN, F_PREV_ABS, F_SUM,
-                                               I_N, I_NAN, I_NINF, I_PINF, I_ZERO, _array, _block_close,
-                                               _block_copy, _block_previous, _block_previous64, _block_specials,
-                                               accumulate)
+                                               I_N, I_NAN, I_NINF, I_PINF, I_ZERO, STREAM_BYTES, _array,
+                                               _block_close, _block_copy, _block_previous, _block_previous64,
+                                               _block_specials, _store_fence, _stream_copy, accumulate)
 
 
 # --- the weight screen: many float32 arrays, copied and screened in one call ----------------------------------------
@@ -53,40 +53,49 @@ def screen_weights(sources, current, previous, rtol, atol, ratio_gt, epsilon, fi
 
     Array ``j`` has ``sources[1, j]`` float32 elements at address ``sources[0, j]`` (the caller keeps the arrays
     alive); it is copied into ``current`` after the arrays before it and, while each block is in L1, measured
-    against ``previous`` (same layout): NaN/Inf count; whether some element fails |x - p| <= |p| * rtol + atol in
+    against ``previous`` (same layout); an array of ``STREAM_BYTES`` or more is measured where it is and each
+    block then streamed into ``current`` (non-temporal stores, as ``accumulate`` writes a keep buffer: the copy is
+    read only at the next step, so a cached store's read of each destination line would be wasted traffic): NaN/Inf count; whether some element fails |x - p| <= |p| * rtol + atol in
     float64, NaN included (once one fails the rest need no look); with ``ratio_gt`` >= 0, sum |x - p| and sum |p|
     (summed as ``accumulate`` sums them). Column ``j`` of ``out`` gets the flags: could be unchanged (no element
     failed), change too large (sum |x - p| > ratio_gt * (sum |p| + epsilon * n)), not finite (when ``finite``).
     """
     start = 0
     flagged = 0
+    streamed = False
     with_sums = ratio_gt >= 0.0
     for j in range(sources.shape[1]):
         n = sources[1, j]
         source = carray(_float32_at(sources[0, j]), (n,))
         into = current[start:start + n]
         before = previous[start:start + n]
-        bits = into.view(np.int32)
+        stream = n * 4 >= STREAM_BYTES
+        streamed = streamed or stream
         special = 0
         is_moved = False
         change = 0.0
         previous_abs = 0.0
         for lo in range(0, n, BLOCK):
             hi = min(lo + BLOCK, n)
-            xb = into[lo:hi]
             pb = before[lo:hi]
-            _block_copy(xb, source[lo:hi])
+            if stream:     # measured where it is, then streamed into the copy (no read of the copy's lines first)
+                xb = source[lo:hi]
+            else:          # small: copied first (cached stores: the copy is read again soon) and measured there
+                xb = into[lo:hi]
+                _block_copy(xb, source[lo:hi])
             if not is_moved:
                 is_moved = _block_close(xb, pb, rtol, atol) < hi - lo
             if not with_sums:
-                special += _block_specials(bits[lo:hi])
+                special += _block_specials(xb.view(np.int32))
             else:     # the engine's previous-value loop (its NaN/Inf count too), so the sums are the engine's
-                _, _, block_special, diff, prev_abs = _block_previous(xb, bits[lo:hi], pb)
+                _, _, block_special, diff, prev_abs = _block_previous(xb, xb.view(np.int32), pb)
                 special += block_special
                 if not (np.isfinite(diff) and np.isfinite(prev_abs)):
                     diff, prev_abs = _block_previous64(xb, pb)
                 change += diff
                 previous_abs += prev_abs
+            if stream:
+                _stream_copy(into[lo:hi], xb)
         too_large = with_sums and change > ratio_gt * (previous_abs + epsilon * n)
         not_finite = finite and special > 0
         out[SCREEN_UNCHANGED, j] = not is_moved
@@ -95,6 +104,8 @@ def screen_weights(sources, current, previous, rtol, atol, ratio_gt, epsilon, fi
         if not is_moved or too_large or not_finite:
             flagged += 1
         start += n
+    if streamed:
+        _store_fence()
     return flagged
 
 

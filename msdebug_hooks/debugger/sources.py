@@ -10,7 +10,7 @@ Values are read lazily, at most once per suspension point (``current`` caches th
 Previous-step copies are kept only for the tensors the session names in ``keep_previous`` (the watched parameters,
 as MindSpore did), on output slot 0 only. Each such tensor has two buffers that take turns: one holds the value at
 the last suspension point (``previous``), the other receives the current value during the step end's check, which
-copies a tensor while it reads it (``keep_target``, ``find_hits(keep_into=...)``): a watched parameter is read once
+copies a tensor while it reads it (``keep_targets``, ``find_hits(keep_into=...)``): a watched parameter is read once
 per step and copied in the same pass. The previous value stays intact until the suspension ends, so a recheck in
 the suspension still compares with the last step; ``keep_previous`` then swaps the buffers of the tensors kept in
 the pass (parameters cannot change while training is suspended) and copies the others (e.g. tensors a watchpoint
@@ -19,7 +19,7 @@ set during the suspension watches, or the initial suspension's). The buffers are
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Collection, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -86,19 +86,32 @@ class TensorSource(ABC):
         """The value at the last suspension point, for the tensors named in ``keep_previous``."""
         return self._previous.get(tensor) if slot == "0" else None
 
-    def keep_target(self, tensor: str, value: np.ndarray, slot: str = "0") -> Optional[np.ndarray]:
-        """A buffer for a check to copy ``value`` (this tensor's current value) into while it reads it; it becomes
-        the previous value when the suspension ends, once ``kept_in_pass`` names the tensor. None for slots other
-        than 0, which have no previous value."""
-        if slot != "0":
-            return None
-        buffer = self._spare.get(tensor)
-        if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
-            buffer = self._spare[tensor] = np.empty(value.shape, value.dtype)
-        return buffer
+    def previous_values(self, tensors: Sequence[str], slots: Sequence[str]) -> list[Optional[np.ndarray]]:
+        """``previous`` of each (tensor, slot) pair, in one pass (a step's check asks for hundreds)."""
+        found = list(map(self._previous.get, tensors))
+        if any(slot != "0" for slot in slots):
+            found = [value if slot == "0" else None for value, slot in zip(found, slots)]
+        return found
+
+    def keep_targets(self, tensors: Sequence[str], values: Sequence[Any], slots: Sequence[str],
+                     kept: Collection[str]) -> Optional[list[Optional[np.ndarray]]]:
+        """Buffers for a check to copy each value (the tensor's current value) into while it reads it: an entry
+        for each tensor in ``kept`` whose value is an array, on slot 0 (other slots have no previous value), else
+        None; None instead of a list without a buffer. A buffer becomes the previous value when the suspension
+        ends, once ``kept_in_pass`` names the tensor."""
+        targets: list[Optional[np.ndarray]] = []
+        spare = self._spare
+        for tensor, value, slot, buffer in zip(tensors, values, slots, map(spare.get, tensors)):
+            if slot != "0" or tensor not in kept or not isinstance(value, np.ndarray):
+                targets.append(None)
+                continue
+            if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
+                buffer = spare[tensor] = np.empty(value.shape, value.dtype)
+            targets.append(buffer)
+        return targets if any(target is not None for target in targets) else None
 
     def kept_in_pass(self, tensors: Iterable[str]) -> None:
-        """These tensors' ``keep_target`` buffers now hold their current values (the check copied them)."""
+        """These tensors' ``keep_targets`` buffers now hold their current values (the check copied them)."""
         self._kept_now.update(tensors)
 
     def keep_previous(self, tensors: Iterable[str]) -> None:

@@ -53,6 +53,7 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # our own send limit; the server's receive
 MAX_REPLY_BYTES = 4 * 1024 * 1024     # largest EventReply we accept (a real one is a few KiB; a ViewCMD of 10k names
                                       # is ~1 MiB)
 KEEPALIVE_TIMEOUT_S = 20.0
+_REMEMBERED_REPLY_BYTES = 64         # a RunCMD reply is ~10 bytes; larger replies (views, watchpoints) are parsed anew
 _T = TypeVar("_T")
 _READY = grpc.ChannelConnectivity.READY.value[0]
 
@@ -259,6 +260,7 @@ class Transport:
         self._lock = threading.Lock()
         self.closed = False
         self.generation = 0
+        self._last_wait_reply: tuple[bytes, pb.EventReply] | None = None   # see ``_wait_reply``
         self._open_channel()
 
     def _open_channel(self) -> None:
@@ -349,9 +351,22 @@ class Transport:
             raise ServerUnavailable("WaitCMD", "the connection was reopened: the server stopped answering heartbeats")
         self._check_open("WaitCMD")
         try:
-            return _parse_reply("WaitCMD", call(metadata))
+            data = call(metadata)
         except grpc.RpcError as exc:
             raise _map_error("WaitCMD", exc, self.closed, self, current) from None
+        return self._wait_reply(data)
+
+    def _wait_reply(self, data: bytes) -> pb.EventReply:
+        """A ``WaitCMD`` reply, parsed; the same bytes as the last small reply give the same message (treat it as
+        read-only). During a continue the server answers "run one step" at every step, and parsing it costs about
+        20 us under the pure-Python protobuf that MindSpore 2.10 selects for the whole process when it is imported
+        first (it sets ``PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python``)."""
+        last = self._last_wait_reply
+        if last is not None and last[0] == data:
+            return last[1]
+        reply = _parse_reply("WaitCMD", data)
+        self._last_wait_reply = (data, reply) if len(data) <= _REMEMBERED_REPLY_BYTES else None
+        return reply
 
     def watch_cmd(self, metadata: pb.Metadata):
         """A ``WaitCMD`` not waited for (a grpc future: ``done()``, ``cancel()``): a free run's watch

@@ -9,7 +9,7 @@ Why batches: a UI watchpoint watches every weight, so a step checks tens to hund
 condition list. The tensors that share one list are evaluated in one ``find_hits`` call (batched statistics, judged
 as arrays; only reportable pairs become results), whose cost is about one pass over their bytes plus a constant,
 instead of a constant per tensor. A step end's check also copies the watched parameters for the next step's change
-conditions in that same pass (``TensorSource.keep_target``).
+conditions in that same pass (``TensorSource.keep_targets``).
 """
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ class WatchpointTable:
         reported), in the order of the tensors as the watchpoints name them.
 
         ``keep=True`` (a step end's check): the watched parameters' values are copied into the source's
-        ``keep_target`` buffers in the same pass that reads them, so that ``keep_previous`` at the end of the
+        ``keep_targets`` buffers in the same pass that reads them, so that ``keep_previous`` at the end of the
         suspension need not read them again."""
         if not self.by_id:
             return []
@@ -154,24 +154,21 @@ class WatchpointTable:
         source = self.source
         kept_parameters = self.watched_parameters() if keep else ()
         for batch in self._batches(initial, step_end):
-            items = []                 # (order, entries, slot, value, previous, tensor)
-            for index, slot, value in source.step_values(batch.names):
-                order, tensor, entries = batch.tensors[index]
-                items.append((order, entries, slot, value, source.previous(tensor, slot), tensor))
-            if not items:
+            step_values = source.step_values(batch.names)
+            if not step_values:
                 continue
-            targets = [source.keep_target(tensor, value, slot)
-                       if tensor in kept_parameters and isinstance(value, np.ndarray) else None
-                       for _, _, slot, value, _, tensor in items]
-            hits = find_hits(batch.conditions, [item[3] for item in items], [item[4] for item in items],
-                             keep_into=targets if any(t is not None for t in targets) else None)
-            source.kept_in_pass(item[5] for item, target in zip(items, targets) if target is not None)
+            indices, slots, values = zip(*step_values)
+            tensors = [batch.names[index] for index in indices]
+            targets = source.keep_targets(tensors, values, slots, kept_parameters) if keep else None
+            hits = find_hits(batch.conditions, values, source.previous_values(tensors, slots), keep_into=targets)
+            if targets is not None:
+                source.kept_in_pass(tensor for tensor, target in zip(tensors, targets) if target is not None)
             per_item: dict[int, list[pb.WatchpointHit]] = {}
-            for index, condition_index, result in hits:
-                order, entries, slot = items[index][:3]
+            for item, condition_index, result in hits:
+                order, _, entries = batch.tensors[indices[item]]
                 wp, node = entries[condition_index]
-                per_item.setdefault(index, []).append(_hit(wp, node, result, slot))
-            found += [(items[index][0], item_hits) for index, item_hits in per_item.items()]
+                per_item.setdefault(order, []).append(_hit(wp, node, result, slots[item]))
+            found += per_item.items()
         found.sort(key=lambda pair: pair[0])     # stable: a tensor's slots keep their order
         return [hit for _, hits in found for hit in hits]
 
