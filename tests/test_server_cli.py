@@ -115,6 +115,26 @@ def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
 
 
 @pytest.mark.mindspore
+def test_command_mode_follows_a_script_that_trains_twice_and_ends_it_without_a_kill():
+    """A script with two ``Model.train`` calls: the second training becomes the job once the first ends, and one
+    still connecting after the commands ran is terminated, so the script ends on its own (no 60 s wait, no kill)."""
+    both = _msdebug("debug", "-c", "watch weight_overflow *; continue; continue", str(PLAIN), "--batches", "3",
+                    "--trainings", "2")
+    assert both.returncode == 0, both.stdout + both.stderr
+    assert "job 1 finished" in both.stdout and "job 2: the script trains again (rank 0), waiting at step 0" \
+        in both.stdout
+    assert "job 2 finished" in both.stdout and "training exited with code 0" in both.stdout
+    assert "killed" not in both.stdout
+
+    hit = _msdebug("debug", "-c", "watch weight_overflow *; continue", str(PLAIN), "--nan-batch", "1", "--batches", "4",
+                   "--trainings", "2")
+    assert hit.returncode == 1, hit.stdout + hit.stderr
+    assert "job 1 waiting at step 2" in hit.stdout
+    assert "job 2: the script trained again after the session ended; terminated at step 0" in hit.stdout
+    assert "training exited with code 0" in hit.stdout and "killed" not in hit.stdout
+
+
+@pytest.mark.mindspore
 def test_serve_drives_a_training_started_elsewhere(tmp_path):
     port = free_port()
     serve = subprocess.Popen([sys.executable, "-m", "msdebug_hooks", "serve", "--port", str(port), "-c",

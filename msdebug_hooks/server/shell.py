@@ -15,7 +15,8 @@ The training only waits when the person asked it to (it is suspended between com
 command (``continue``, ``step``) blocks the prompt, never the training, and Ctrl-C turns it into a pause.
 
 Non-interactive use (``-c "watch weight_overflow *; continue"`` or a command file) runs the commands in order, then
-terminates a training that is still alive. Exit code: 1 if any watchpoint hit, 0 if none did, 2 on bad input (an
+terminates a training that is still alive (and any the script starts after it: ``_reap``). A script that trains
+again while commands remain hands them its next training. Exit code: 1 if any watchpoint hit, 0 if none did, 2 on bad input (an
 unknown command, a bad condition, a missing node) or when the training could not be looked at (it never connected,
 or it was lost before it ended).
 """
@@ -25,6 +26,7 @@ import cmd
 import inspect
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence, TextIO
 
@@ -32,7 +34,7 @@ import numpy as np
 
 from msdebug_hooks._files import atomic_path
 from msdebug_hooks.errors import ConfigError
-from msdebug_hooks.server.errors import JobError
+from msdebug_hooks.server.errors import JobError, JobLost
 from msdebug_hooks.server.graph import CATEGORIES, Node
 from msdebug_hooks.server.group import RankGroup
 from msdebug_hooks.server.hits import Hit
@@ -44,6 +46,7 @@ __all__ = ["DebuggerShell", "run_session", "EXIT_OK", "EXIT_HITS", "EXIT_BAD"]
 
 EXIT_OK, EXIT_HITS, EXIT_BAD = 0, 1, 2
 MAX_ROWS = 60
+REAP_SECONDS = 60.0    # a training process whose trainings ended gets this long to exit or train again
 _ALIASES = frozenset({"c", "cont", "s", "n", "next", "p", "print", "q", "exit", "EOF", "search", "where", "wp"})
 
 
@@ -171,15 +174,38 @@ class DebuggerShell(cmd.Cmd):
             return EXIT_BAD
         return EXIT_HITS if self.saw_hits else EXIT_OK
 
-    def _reap(self) -> None:
+    def _reap(self, *, session_over: bool = True) -> None:
+        """Wait for our training process to exit once its trainings have ended. A script may train again (a second
+        ``Model.train``): a training that connects meanwhile is terminated when the session is over, else it
+        becomes the job commands act on. A process that neither exits nor trains again within ``REAP_SECONDS``
+        is killed."""
         if self.process is None:
             return
-        try:
-            code = self.process.wait(60)
-        except Exception:
-            self.process.kill()
-            code = self.process.wait(30)
-            self.say("*** the training did not exit within 60 s of its end; killed")
+        deadline = time.monotonic() + REAP_SECONDS
+        while True:
+            try:
+                late = self.server.wait_for_training(timeout=max(deadline - time.monotonic(), 0.0),
+                                                     process=self.process)
+            except JobLost:            # the process exited
+                break
+            except TimeoutError:
+                self.process.kill()
+                code = self.process.wait(30)
+                self.say(f"*** the training did not exit within {REAP_SECONDS:g} s of its end; killed")
+                self.say(f"training exited with code {code}")
+                self.process = None
+                return
+            if not late.alive:
+                continue
+            if not session_over and self.group is None:
+                self.attach(late)
+                self.say(f"job {late.id}: the script trains again (rank {late.rank}), waiting at step {late.step}; "
+                         "commands now act on it")
+                return
+            late.terminate(timeout=REAP_SECONDS)
+            self.say(f"job {late.id}: the script trained again after the session ended; terminated at step "
+                     f"{late.step}")
+        code = self.process.wait(30)
         self.say(f"training exited with code {code}")
         self.process = None
 
@@ -211,7 +237,7 @@ class DebuggerShell(cmd.Cmd):
                 self.say(f"job {job.id}{rank} {job.state}: {job.reason}")
         if not any(job.alive for job in self._jobs()) and all(job.state is not JobState.LOST
                                                                for job in self._jobs()):
-            self._reap()
+            self._reap(session_over=False)
         self._print_hits(hits)
 
     # -- commands: where are we ---------------------------------------------------------------------------------

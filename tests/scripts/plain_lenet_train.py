@@ -45,6 +45,7 @@ def main():
     parser.add_argument("--zero-lr", nargs="*", default=[], help="layers in a parameter group with lr 0")
     parser.add_argument("--nan-batch", type=int, default=None, help="0-based batch with a NaN/Inf input")
     parser.add_argument("--graph-mode", action="store_true", help="GRAPH_MODE instead of MindSpore's default PyNative")
+    parser.add_argument("--trainings", type=int, default=1, help="Model.train calls, one after the other")
     parser.add_argument("--log", default="")
     parser.add_argument("--save", default="")
     args = parser.parse_args()
@@ -67,9 +68,10 @@ def main():
     optimizer = nn.Momentum(groups, learning_rate=0.01, momentum=0.9)
     model = Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"), optimizer)
     nan = {args.nan_batch} if args.nan_batch is not None else None
-    model.train(args.epochs, make_dataset(args.batches, nan_batches=nan), callbacks=[StepLog(args.log, args.save)],
-                dataset_sink_mode=False)
-    print("training finished", flush=True)
+    for _ in range(args.trainings):
+        model.train(args.epochs, make_dataset(args.batches, nan_batches=nan), callbacks=[StepLog(args.log, args.save)],
+                    dataset_sink_mode=False)
+        print("training finished", flush=True)
 
 
 if __name__ == "__main__":
