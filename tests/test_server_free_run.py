@@ -55,6 +55,18 @@ def test_free_runs_count_steps_pause_within_a_step_stop_at_hits_and_terminate(tm
         assert run.lines()[-1] == "end" and "training finished" in run.out()
 
 
+def test_a_free_run_to_the_end_leaves_the_job_at_its_last_step(tmp_path):
+    """No wait per step in a free run: the step the job shows once it finished comes from the training's last word."""
+    with DebuggerServer(port=0, log_reports=False) as server, \
+            training(tmp_path, server.port, "--batches", "5") as run:
+        job = server.wait_for_training(timeout=120, process=run.proc)
+        eventually(lambda: job.free_run_capable, timeout=120, what="a heartbeat saying the client can free-run")
+        assert job.run(None) == []
+        eventually(lambda: job.state is JobState.FINISHED, timeout=120, what="the training finishing")
+        assert job.step == 5 and job.reason == "the training finished at step 5"
+        assert run.proc.wait(120) == 0
+
+
 _SERVER = """
 import sys, time
 from msdebug_hooks.server import DebuggerServer

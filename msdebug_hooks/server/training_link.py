@@ -167,6 +167,7 @@ class TrainingLink:
             self.touch()
             if request.training_done:
                 if self.alive:
+                    self.step = max(self.step, request.cur_step)   # a free run reports no step until it ends
                     self.state = JobState.FINISHED
                     self.reason = f"the training finished at step {request.cur_step}"
                     self._fail_view(self.reason)
