@@ -15,8 +15,7 @@ The training only waits when the person asked it to (it is suspended between com
 command (``continue``, ``step``) blocks the prompt, never the training, and Ctrl-C turns it into a pause.
 
 Non-interactive use (``-c "watch weight_overflow *; continue"`` or a command file) runs the commands in order, then
-terminates a training that is still alive (and any the script starts after it: ``_reap``). A script that trains
-again while commands remain hands them its next training. Exit code: 1 if any watchpoint hit, 0 if none did, 2 on bad input (an
+terminates a training that is still alive (and any the script starts after it: ``_reap``). Exit code: 1 if any watchpoint hit, 0 if none did, 2 on bad input (an
 unknown command, a bad condition, a missing node) or when the training could not be looked at (it never connected,
 or it was lost before it ended).
 """
@@ -190,11 +189,8 @@ class DebuggerShell(cmd.Cmd):
                 break
             except TimeoutError:
                 self.process.kill()
-                code = self.process.wait(30)
                 self.say(f"*** the training did not exit within {REAP_SECONDS:g} s of its end; killed")
-                self.say(f"training exited with code {code}")
-                self.process = None
-                return
+                break
             if not late.alive:
                 continue
             if not session_over and self.group is None:
