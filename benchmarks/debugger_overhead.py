@@ -359,17 +359,20 @@ def _transformer_overhead(rounds: int, steps: int) -> dict[str, dict[str, float]
         model.train(1, make_transformer_dataset(2), dataset_sink_mode=False)     # compile, not measured
         weights = [p.asnumpy() for p in network.trainable_params()]
         kept = [w.copy() for w in weights]
-        spares = [w.copy() for w in weights]       # the keep buffers, written before they are timed (as the debugger's)
+        spares = [w.copy() for w in weights]       # keep buffers, written before they are timed (as the debugger's)
         collected = None
         traffic = _traffic_kernel()
         traffic(weights[0], kept[0], kept[0])                     # compile, not measured
+
+        def measure_floors() -> None:
+            floors.extend(_timed(lambda: _numpy_traffic(weights, kept), repeats=3))
+            moves.extend(_timed(lambda: _compiled_traffic(traffic, weights, kept, spares), repeats=3))
+
         for index in range(rounds):    # the floors between the rounds, so that they see the same load
-            floors += _memory_floor(weights, kept, repeats=3)
-            moves += _traffic_floor(traffic, weights, kept, spares, repeats=3)
+            measure_floors()
             collected = _rounds(variants, {n: model for n in variants}, {n: dataset for n in variants}, 1, spent,
                                 start=index, into=collected)
-        floors += _memory_floor(weights, kept, repeats=3)
-        moves += _traffic_floor(traffic, weights, kept, spares, repeats=3)
+        measure_floors()
         step_times, hook_times = collected
         del weights, kept, spares
     finally:
@@ -380,19 +383,16 @@ def _transformer_overhead(rounds: int, steps: int) -> dict[str, dict[str, float]
     results = _report(f"small transformer: {count / 1e6:.1f} M parameters in {tensors} tensors, {rounds} interleaved "
                       f"rounds x {steps} steps per variant; load average {os.getloadavg()[0]:.1f}", step_times,
                       hook_times)
-    floor_wall = statistics.median(f[0] for f in floors)
-    floor_cpu = statistics.median(f[1] for f in floors)
+    (floor_wall, floor_cpu), (move_wall, move_cpu) = _medians(floors), _medians(moves)
     print(f"numpy's cost of the traffic of a check that keeps the previous values (np.max over every weight and its "
           f"previous copy, "
           f"then np.copyto(previous, weight), {2 * count * 4 / 1e6:.0f} MB read, {count * 4 / 1e6:.0f} MB written): "
           f"median {floor_wall * 1e3:.1f} ms wall, {floor_cpu * 1e3:.1f} ms CPU ({len(floors)} times, between the "
           f"rounds)")
-    move_wall = statistics.median(f[0] for f in moves)
-    move_cpu = statistics.median(f[1] for f in moves)
     print(f"the traffic alone, compiled (each weight and its previous copy read once, the weight streamed into a "
           f"third buffer as the check's keep does, no statistics): median {move_wall * 1e3:.1f} ms wall, "
-          f"{move_cpu * 1e3:.1f} ms CPU = {100 * move_wall / min(step_times['plain']):.1f} % of the fastest plain step, "
-          f"{100 * move_wall / statistics.median(step_times['plain']):.1f} % of the median one")
+          f"{move_cpu * 1e3:.1f} ms CPU = {100 * move_wall / min(step_times['plain']):.1f} % of the fastest plain "
+          f"step, {100 * move_wall / statistics.median(step_times['plain']):.1f} % of the median one")
     for variant in results.values():
         variant["floor_wall"], variant["floor_cpu"] = floor_wall, floor_cpu
         variant["move_wall"], variant["move_cpu"] = move_wall, move_cpu
@@ -423,29 +423,34 @@ def _traffic_kernel():
     return lambda x, previous, keep: traffic(x.reshape(-1), previous.reshape(-1), keep.reshape(-1))
 
 
-def _traffic_floor(traffic, weights: list, kept: list, spares: list, repeats: int) -> list[tuple[float, float]]:
-    """(wall, thread CPU) seconds of ``traffic`` over every weight, its previous copy and a spare keep buffer."""
+def _compiled_traffic(traffic, weights: list, kept: list, spares: list) -> None:
+    """``traffic`` over every weight, its previous copy and a spare keep buffer."""
+    for weight, previous, spare in zip(weights, kept, spares):
+        traffic(weight, previous, spare)
+
+
+def _numpy_traffic(weights: list, kept: list) -> None:
+    """What a check of every weight against its previous copy that keeps the new values at least costs in numpy:
+    one read of each weight and of its copy (``np.max``), then the copy."""
+    for weight, previous in zip(weights, kept):
+        np.max(weight)
+        np.max(previous)
+        np.copyto(previous, weight)
+
+
+def _timed(body, repeats: int) -> list[tuple[float, float]]:
+    """(wall, thread CPU) seconds of each of ``repeats`` calls of ``body``."""
     times = []
     for _ in range(repeats):
         wall, cpu = time.perf_counter(), time.thread_time()
-        for weight, previous, spare in zip(weights, kept, spares):
-            traffic(weight, previous, spare)
+        body()
         times.append((time.perf_counter() - wall, time.thread_time() - cpu))
     return times
 
 
-def _memory_floor(weights: list, kept: list, repeats: int) -> list[tuple[float, float]]:
-    """(wall, thread CPU) seconds of what a check of every weight against its previous copy that keeps the new
-    values at least costs in numpy: one read of each weight and of its copy (``np.max``), then the copy."""
-    times = []
-    for _ in range(repeats):
-        wall, cpu = time.perf_counter(), time.thread_time()
-        for weight, previous in zip(weights, kept):
-            np.max(weight)
-            np.max(previous)
-            np.copyto(previous, weight)
-        times.append((time.perf_counter() - wall, time.thread_time() - cpu))
-    return times
+def _medians(times: list[tuple[float, float]]) -> tuple[float, float]:
+    """The median wall and the median CPU seconds of ``_timed``'s pairs."""
+    return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
 
 
 # -- tensor view throughput -------------------------------------------------------------------------------------
@@ -898,8 +903,9 @@ def _print_targets(lenet: dict, idle: float, transformer: dict | None) -> None:
               f"the fastest step, {five['wall'] * 1e3:.1f} ms of {five['fastest'] * 1e3:.0f} ms; CPU "
               f"{five['cpu'] * 1e3:.1f} ms)")
         print(f"transformer {name}, in-hook against the compiled traffic alone in this run: "
-              f"{five['wall'] / five['move_wall']:.2f}x wall ({five['wall'] * 1e3:.1f} vs {five['move_wall'] * 1e3:.1f} "
-              f"ms); the traffic alone is {100 * five['move_wall'] / five['fastest']:.1f} % of the fastest step: "
+              f"{five['wall'] / five['move_wall']:.2f}x wall ({five['wall'] * 1e3:.1f} vs "
+              f"{five['move_wall'] * 1e3:.1f} ms); the traffic alone is "
+              f"{100 * five['move_wall'] / five['fastest']:.1f} % of the fastest step: "
               f"{'below' if five['move_wall'] <= 0.05 * five['fastest'] else 'above'} the 5 % target")
         print(f"transformer {name}, in-hook against numpy's cost of the same traffic in this run: "
               f"{five['wall'] / five['floor_wall']:.2f}x wall ({five['wall'] * 1e3:.1f} vs "

@@ -126,8 +126,8 @@ def test_command_mode_follows_a_script_that_trains_twice_and_ends_it_without_a_k
     assert "job 2 finished" in both.stdout and "training exited with code 0" in both.stdout
     assert "killed" not in both.stdout
 
-    hit = _msdebug("debug", "-c", "watch weight_overflow *; continue", str(PLAIN), "--nan-batch", "1", "--batches", "4",
-                   "--trainings", "2")
+    hit = _msdebug("debug", "-c", "watch weight_overflow *; continue", str(PLAIN), "--nan-batch", "1",
+                   "--batches", "4", "--trainings", "2")
     assert hit.returncode == 1, hit.stdout + hit.stderr
     assert "job 1 waiting at step 2" in hit.stdout
     assert "job 2: the script trained again after the session ended; terminated at step 0" in hit.stdout

@@ -491,5 +491,6 @@ def accumulate_segments(x, bits, prev, starts, paired, mode, bounds, tolerances,
 
 #: what the rest of the engine reads from here (``_step_kernels`` adds the one-call kernels to it)
 __all__ = ["BLOCK", "STREAM_BYTES", "MODE_FULL", "MODE_EXTREMES", "MODE_ABS_ZERO", "MODE_SPECIALS", "F_MAX", "F_MIN",
-           "F_SUM", "F_MEAN", "F_M2", "F_ABS", "F_DIFF", "F_PREV_ABS", "I_N", "I_NAN", "I_PINF", "I_NINF", "I_ZERO", "I_POS", "I_ANY",
-           "F_SLOTS", "I_SLOTS", "PASS_SIGNATURES", "SEGMENTS_SIGNATURE", "accumulate", "accumulate_segments"]
+           "F_SUM", "F_MEAN", "F_M2", "F_ABS", "F_DIFF", "F_PREV_ABS", "I_N", "I_NAN", "I_PINF", "I_NINF", "I_ZERO",
+           "I_POS", "I_ANY", "F_SLOTS", "I_SLOTS", "PASS_SIGNATURES", "SEGMENTS_SIGNATURE", "accumulate",
+           "accumulate_segments"]

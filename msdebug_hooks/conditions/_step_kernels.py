@@ -55,9 +55,10 @@ def screen_weights(sources, current, previous, rtol, atol, ratio_gt, epsilon, fi
     alive); it is copied into ``current`` after the arrays before it and, while each block is in L1, measured
     against ``previous`` (same layout); an array of ``STREAM_BYTES`` or more is measured where it is and each
     block then streamed into ``current`` (non-temporal stores, as ``accumulate`` writes a keep buffer: the copy is
-    read only at the next step, so a cached store's read of each destination line would be wasted traffic): NaN/Inf count; whether some element fails |x - p| <= |p| * rtol + atol in
-    float64, NaN included (once one fails the rest need no look); with ``ratio_gt`` >= 0, sum |x - p| and sum |p|
-    (summed as ``accumulate`` sums them). Column ``j`` of ``out`` gets the flags: could be unchanged (no element
+    read only at the next step, so a cached store's read of each destination line would be wasted traffic).
+    Measured: NaN/Inf count; whether some element fails |x - p| <= |p| * rtol + atol in float64, NaN included
+    (once one fails the rest need no look); with ``ratio_gt`` >= 0, sum |x - p| and sum |p| (summed as
+    ``accumulate`` sums them). Column ``j`` of ``out`` gets the flags: could be unchanged (no element
     failed), change too large (sum |x - p| > ratio_gt * (sum |p| + epsilon * n)), not finite (when ``finite``).
     """
     start = 0
@@ -69,7 +70,7 @@ def screen_weights(sources, current, previous, rtol, atol, ratio_gt, epsilon, fi
         source = carray(_float32_at(sources[0, j]), (n,))
         into = current[start:start + n]
         before = previous[start:start + n]
-        stream = n * 4 >= STREAM_BYTES
+        stream = n * source.itemsize >= STREAM_BYTES
         streamed = streamed or stream
         special = 0
         is_moved = False

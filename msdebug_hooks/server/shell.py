@@ -15,9 +15,9 @@ The training only waits when the person asked it to (it is suspended between com
 command (``continue``, ``step``) blocks the prompt, never the training, and Ctrl-C turns it into a pause.
 
 Non-interactive use (``-c "watch weight_overflow *; continue"`` or a command file) runs the commands in order, then
-terminates a training that is still alive (and any the script starts after it: ``_reap``). Exit code: 1 if any watchpoint hit, 0 if none did, 2 on bad input (an
-unknown command, a bad condition, a missing node) or when the training could not be looked at (it never connected,
-or it was lost before it ended).
+terminates a training that is still alive (and any the script starts after it: ``_reap``). Exit code: 1 if any
+watchpoint hit, 0 if none did, 2 on bad input (an unknown command, a bad condition, a missing node) or when the
+training could not be looked at (it never connected, or it was lost before it ended).
 """
 from __future__ import annotations
 
@@ -175,9 +175,9 @@ class DebuggerShell(cmd.Cmd):
 
     def _reap(self, *, session_over: bool = True) -> None:
         """Wait for our training process to exit once its trainings have ended. A script may train again (a second
-        ``Model.train``): a training that connects meanwhile is terminated when the session is over, else it
-        becomes the job commands act on. A process that neither exits nor trains again within ``REAP_SECONDS``
-        is killed."""
+        ``Model.train``): a training that connects meanwhile becomes the job commands act on, unless the session
+        is over or spans several ranks (then it is terminated). A process that neither exits nor trains again
+        within ``REAP_SECONDS`` is killed."""
         if self.process is None:
             return
         deadline = time.monotonic() + REAP_SECONDS
