@@ -39,8 +39,11 @@ def main() -> int:
     cell, _ = make_loss_scale_cell()
     guard = LossGuard()
     Model(cell).train(2, make_dataset(num_batches=6, nan_batches={3}), callbacks=[guard, EndHook()])
-    print(f"   failed_step={guard.failed_step} failed_epoch={guard.failed_epoch} reason={guard.reason!r}")
-    print(f"   rerun with: {guard.stop_at_step()!r} and {guard.dump_config('/tmp/dump')!r}")
+    if guard.failed_step is None:   # the run ended first, e.g. a debugger (msdebug debug) terminated it
+        print("   the guard did not fire: training ended before the poisoned step")
+    else:
+        print(f"   failed_step={guard.failed_step} failed_epoch={guard.failed_epoch} reason={guard.reason!r}")
+        print(f"   rerun with: {guard.stop_at_step()!r} and {guard.dump_config('/tmp/dump')!r}")
 
     print("2. plain training, keep the last good parameters")
     directory = Path(tempfile.mkdtemp(prefix="loss-guard-"))

@@ -115,16 +115,24 @@ def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
 
 
 @pytest.mark.mindspore
-def test_command_mode_follows_a_script_that_trains_twice_and_ends_it_without_a_kill():
-    """A script with two ``Model.train`` calls: the second training becomes the job once the first ends, and one
-    still connecting after the commands ran is terminated, so the script ends on its own (no 60 s wait, no kill)."""
-    both = _msdebug("debug", "-c", "watch weight_overflow *; continue; continue", str(PLAIN), "--batches", "3",
+def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_ends_it_without_a_kill():
+    """A script with several ``Model.train`` calls (one per epoch is common): ``continue`` runs on into the next
+    training, which gets the watchpoints of the one before, so the whole script stays watched; one still connecting
+    after the session ended is terminated at step 0, so the script ends on its own (no 60 s wait, no kill)."""
+    both = _msdebug("debug", "-c", "watch weight_overflow *; continue", str(PLAIN), "--batches", "3",
                     "--trainings", "2")
     assert both.returncode == 0, both.stdout + both.stderr
-    assert "job 1 finished" in both.stdout and "job 2: the script trains again (rank 0), waiting at step 0" \
-        in both.stdout
-    assert "job 2 finished" in both.stdout and "training exited with code 0" in both.stdout
-    assert "killed" not in both.stdout
+    assert "job 1 finished" in both.stdout and "job 2: the script trains again (rank 0), waiting at step 0; " \
+        "commands now act on it; watchpoint 1: weight_overflow on 8 node(s) set again" in both.stdout
+    assert "continuing job 2" in both.stdout and "job 2 finished" in both.stdout
+    assert "training exited with code 0" in both.stdout and "killed" not in both.stdout
+
+    second = _msdebug("debug", "-c", "watch weight_overflow *; continue", str(PLAIN), "--nan-batch", "1",
+                      "--nan-training", "2", "--batches", "4", "--trainings", "2")
+    assert second.returncode == 1, second.stdout + second.stderr       # the carried watchpoint hit in training 2
+    assert "job 1 finished" in second.stdout and "job 2 waiting at step 2" in second.stdout
+    (row,) = [line for line in second.stdout.splitlines() if "conv1.weight" in line and "weight_overflow" in line]
+    assert row.split()[:2] == ["2", "0"]
 
     hit = _msdebug("debug", "-c", "watch weight_overflow *; continue", str(PLAIN), "--nan-batch", "1",
                    "--batches", "4", "--trainings", "2")

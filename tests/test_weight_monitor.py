@@ -64,6 +64,17 @@ def test_names_the_layer_whose_learning_rate_is_zero(caplog):
     assert {name for name in FC3 if any(name in line for line in warnings)} == FC3
 
 
+def test_a_layer_moving_within_the_tolerance_is_named_with_the_tolerance_that_hid_its_steps(caplog):
+    model, _ = _model(fc3_lr=3e-8)   # fc3 moves, but by far less than rtol=1e-5 of its values
+    monitor = WeightMonitor()
+    model.train(1, make_dataset(3), callbacks=[monitor], dataset_sink_mode=False)
+
+    weight = [p for p in monitor.problems if p.parameter == "fc3.weight"]
+    assert [p.kind for p in weight] == ["unchanged"] * 3 and all(p.actual_value > 0 for p in weight)
+    warnings = [line for line in caplog.messages if "fc3.weight did not change" in line]
+    assert len(warnings) == 1 and "it moved, but within rtol=1e-05, atol=1e-08" in warnings[0]
+
+
 def test_frozen_layer_is_not_a_false_alarm(caplog):
     model, network = _model(freeze_fc3=True)
     monitor = WeightMonitor(max_update_ratio=10.0)

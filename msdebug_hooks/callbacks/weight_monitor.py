@@ -175,9 +175,17 @@ class WeightMonitor(AgreedStop, Callback):
             if len(self.problems) < MAX_RECORDS:
                 self.problems.append(problem)
             if self.counts[key] == 1:
-                _LOG.warning("WeightMonitor: epoch %d step %d: %s; further hits of this kind are "
-                             "counted, not logged", problem.epoch, step, _describe(problem))
+                _LOG.warning("WeightMonitor: epoch %d step %d: %s%s; further hits of this kind are "
+                             "counted, not logged", problem.epoch, step, _describe(problem), self._hint(problem))
         return found
+
+    def _hint(self, problem: WeightProblem) -> str:
+        """Why a parameter that did move reads as unchanged: its steps are inside the tolerances (a small learning
+        rate, a LayerNorm gain with tiny gradients), which is worth saying once instead of looking like a dead layer."""
+        if problem.kind != UNCHANGED or not problem.actual_value:
+            return ""
+        return (f" (it moved, but within rtol={self._rtol:g}, atol={self._atol:g} of its previous value; "
+                "pass a smaller rtol if it legitimately updates in steps this small)")
 
     def _confirm(self, suspects: list[int], step: int, epoch: int) -> list[WeightProblem]:
         """The engine's verdict on the parameters the screen flagged, all at once (it decides; the screen only

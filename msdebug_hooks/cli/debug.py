@@ -10,6 +10,9 @@ Example::
 
     msdebug debug train.py --epochs 3
     msdebug debug -c "watch weight_overflow *; continue" train.py     # exit 1 if a weight overflows
+
+A script that trains more than once (one ``Model.train`` per epoch) is followed: ``continue`` runs on into its next
+training, which gets the same watchpoints.
 """
 from __future__ import annotations
 

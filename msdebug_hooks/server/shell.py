@@ -3,7 +3,7 @@
 
 Commands (``help <command>`` at the prompt says more): ``status``, ``jobs`` / ``job N``, ``nodes [PATTERN]
 [CATEGORY] [stack=TEXT]``, ``watch CONDITION [PARAM=VALUE ...] [NODES ...]``, ``unwatch ID|all``, ``watchpoints``,
-``continue`` (until a hit, the end, or Ctrl-C, which pauses), ``step [N]``, ``pause``, ``recheck``, ``hits``,
+``continue`` (until a hit, the script's end, or Ctrl-C, which pauses), ``step [N]``, ``pause``, ``recheck``, ``hits``,
 ``tensor NAME [previous] [slot=N]``, ``stats NAME [previous] [slot=N]``, ``save NAME FILE.npy [previous]``,
 ``source NAME``, ``terminate``, ``quit``.
 
@@ -15,9 +15,11 @@ The training only waits when the person asked it to (it is suspended between com
 command (``continue``, ``step``) blocks the prompt, never the training, and Ctrl-C turns it into a pause.
 
 Non-interactive use (``-c "watch weight_overflow *; continue"`` or a command file) runs the commands in order, then
-terminates a training that is still alive (and any the script starts after it: ``_reap``). Exit code: 1 if any
-watchpoint hit, 0 if none did, 2 on bad input (an unknown command, a bad condition, a missing node) or when the
-training could not be looked at (it never connected, or it was lost before it ended).
+terminates a training that is still alive (and any the script starts after it). A script that trains again
+(several ``Model.train`` calls) is followed, its watchpoints set again on each training (``script_trainings.py``).
+Exit code: 1 if any watchpoint hit, 0 if none did, 2 on bad input (an unknown command, a bad condition, a missing
+node) or when the training could not be looked at (it never connected, it was lost before it ended, or a watchpoint
+could not be set again on the script's next training).
 """
 from __future__ import annotations
 
@@ -25,7 +27,6 @@ import cmd
 import inspect
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence, TextIO
 
@@ -33,11 +34,12 @@ import numpy as np
 
 from msdebug_hooks._files import atomic_path
 from msdebug_hooks.errors import ConfigError
-from msdebug_hooks.server.errors import JobError, JobLost
+from msdebug_hooks.server.errors import JobError
 from msdebug_hooks.server.graph import CATEGORIES, Node
 from msdebug_hooks.server.group import RankGroup
 from msdebug_hooks.server.hits import Hit
 from msdebug_hooks.server.job import Job, JobState
+from msdebug_hooks.server.script_trainings import carry_watchpoints, next_training
 from msdebug_hooks.server.server import DebuggerServer
 from msdebug_hooks.server.shell_text import BadCommand, short_name, source_location, table
 
@@ -45,7 +47,6 @@ __all__ = ["DebuggerShell", "run_session", "EXIT_OK", "EXIT_HITS", "EXIT_BAD"]
 
 EXIT_OK, EXIT_HITS, EXIT_BAD = 0, 1, 2
 MAX_ROWS = 60
-REAP_SECONDS = 60.0    # a training process whose trainings ended gets this long to exit or train again
 _ALIASES = frozenset({"c", "cont", "s", "n", "next", "p", "print", "q", "exit", "EOF", "search", "where", "wp"})
 
 
@@ -174,36 +175,23 @@ class DebuggerShell(cmd.Cmd):
         return EXIT_HITS if self.saw_hits else EXIT_OK
 
     def _reap(self, *, session_over: bool = True) -> None:
-        """Wait for our training process to exit once its trainings have ended. A script may train again (a second
-        ``Model.train``): a training that connects meanwhile becomes the job commands act on, unless the session
-        is over or spans several ranks (then it is terminated). A process that neither exits nor trains again
-        within ``REAP_SECONDS`` is killed."""
+        """Once our script's trainings ended: its next training becomes the job, with the last one's watchpoints,
+        unless the session is over or spans several ranks (then it is terminated); else wait for the script's exit
+        (``script_trainings.py``)."""
         if self.process is None:
             return
-        deadline = time.monotonic() + REAP_SECONDS
-        while True:
-            try:
-                late = self.server.wait_for_training(timeout=max(deadline - time.monotonic(), 0.0),
-                                                     process=self.process)
-            except JobLost:            # the process exited
-                break
-            except TimeoutError:
-                self.process.kill()
-                self.say(f"*** the training did not exit within {REAP_SECONDS:g} s of its end; killed")
-                break
-            if not late.alive:
-                continue
-            if not session_over and self.group is None:
-                self.attach(late)
-                self.say(f"job {late.id}: the script trains again (rank {late.rank}), waiting at step {late.step}; "
-                         "commands now act on it")
-                return
-            late.terminate(timeout=REAP_SECONDS)
-            self.say(f"job {late.id}: the script trained again after the session ended; terminated at step "
-                     f"{late.step}")
-        code = self.process.wait(30)
-        self.say(f"training exited with code {code}")
-        self.process = None
+        late = next_training(self.server, self.process, self.say, take=not session_over and self.group is None)
+        if late is None:
+            self.process = None
+            return
+        previous = self.job
+        self.attach(late)
+        made, refused = carry_watchpoints(previous, late) if previous is not None else ([], [])
+        again = "".join(f"; watchpoint {w.id}: {w.label} on {len(w.nodes)} node(s) set again" for w in made)
+        self.say(f"job {late.id}: the script trains again (rank {late.rank}), waiting at step {late.step}; "
+                 f"commands now act on it{again}")
+        for reason in refused:      # a watch that could not follow the script must not end as a clean exit
+            self._bad(reason)
 
     # -- helpers ------------------------------------------------------------------------------------------------
     def _job(self) -> Job:
@@ -348,15 +336,21 @@ class DebuggerShell(cmd.Cmd):
 
     # -- commands: running ----------------------------------------------------------------------------------------
     def do_continue(self, arg: str) -> None:
-        """continue (c, cont): run until a watchpoint hits or the training ends; Ctrl-C pauses it at the next step end."""
-        job = self._driver()
-        try:
-            hits = job.run_until_hit(timeout=self.timeout)
-        except KeyboardInterrupt:
-            self.say("pausing at the next step end ...")
-            job.pause()
-            hits = []
-        self._after_run(hits)
+        """continue (c, cont): run until a watchpoint hits or the script ends (its later trainings too, with the same
+        watchpoints); Ctrl-C pauses it at the next step end."""
+        while True:
+            job = self._driver()
+            try:
+                hits = job.run_until_hit(timeout=self.timeout)
+            except KeyboardInterrupt:
+                self.say("pausing at the next step end ...")
+                job.pause()
+                self._after_run([])
+                return
+            self._after_run(hits)
+            if hits or self.bad_input or self._driver() is job or not self.job.alive:
+                return
+            self.say(f"continuing job {self.job.id}")
 
     do_c = do_cont = do_continue
 

@@ -46,6 +46,8 @@ def main():
     parser.add_argument("--nan-batch", type=int, default=None, help="0-based batch with a NaN/Inf input")
     parser.add_argument("--graph-mode", action="store_true", help="GRAPH_MODE instead of MindSpore's default PyNative")
     parser.add_argument("--trainings", type=int, default=1, help="Model.train calls, one after the other")
+    parser.add_argument("--nan-training", type=int, default=None, help="1-based training with the NaN/Inf batch "
+                        "(default: every one)")
     parser.add_argument("--log", default="")
     parser.add_argument("--save", default="")
     args = parser.parse_args()
@@ -68,9 +70,10 @@ def main():
     optimizer = nn.Momentum(groups, learning_rate=0.01, momentum=0.9)
     model = Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"), optimizer)
     nan = {args.nan_batch} if args.nan_batch is not None else None
-    for _ in range(args.trainings):
-        model.train(args.epochs, make_dataset(args.batches, nan_batches=nan), callbacks=[StepLog(args.log, args.save)],
-                    dataset_sink_mode=False)
+    for training in range(1, args.trainings + 1):
+        poisoned = nan if args.nan_training in (None, training) else None
+        model.train(args.epochs, make_dataset(args.batches, nan_batches=poisoned),
+                    callbacks=[StepLog(args.log, args.save)], dataset_sink_mode=False)
         print("training finished", flush=True)
 
 

@@ -1,0 +1,55 @@
+"""The trainings of a script the prompt started (``msdebug debug``). A script may train more than once (several
+``Model.train`` calls, often one per epoch), so its first training's end is not its end: wait for its next training
+or its exit, and give the next training the watchpoints of the one before, so a debugged script stays watched from
+its first step to its last."""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.server.errors import JobError, JobLost
+from msdebug_hooks.server.hits import ServerWatchpoint
+from msdebug_hooks.server.job import Job
+from msdebug_hooks.server.server import DebuggerServer
+
+__all__ = ["REAP_SECONDS", "next_training", "carry_watchpoints"]
+
+REAP_SECONDS = 60.0    # a training process whose trainings ended gets this long to exit or train again
+
+
+def next_training(server: DebuggerServer, process, say: Callable[[str], None], *, take: bool) -> Optional[Job]:
+    """Wait until ``process`` trains again or exits. With ``take`` the next training is returned, waiting at its
+    step 0; without, each one is terminated there, so the script runs to its end and exits on its own. None once the
+    process has exited (its code is said), or was killed for neither exiting nor training within ``REAP_SECONDS``."""
+    deadline = time.monotonic() + REAP_SECONDS
+    while True:
+        try:
+            late = server.wait_for_training(timeout=max(deadline - time.monotonic(), 0.0), process=process)
+        except JobLost:            # the process exited
+            break
+        except TimeoutError:
+            process.kill()
+            say(f"*** the training did not exit within {REAP_SECONDS:g} s of its end; killed")
+            break
+        if not late.alive:
+            continue
+        if take:
+            return late
+        late.terminate(timeout=REAP_SECONDS)
+        say(f"job {late.id}: the script trained again after the session ended; terminated at step {late.step}")
+    say(f"training exited with code {process.wait(30)}")
+    return None
+
+
+def carry_watchpoints(previous: Job, job: Job) -> tuple[list[ServerWatchpoint], list[str]]:
+    """Set ``previous``'s watchpoints on ``job`` as they were asked for (condition text, node names). Returns the
+    watchpoints made and, for each one that could not be (a node the new graph lacks), why."""
+    made, refused = [], []
+    for watchpoint in previous.watchpoints.values():
+        try:
+            made.append(job.watch(watchpoint.label, [node.name for node in watchpoint.nodes]))
+        except (ConfigError, JobError, KeyError, ValueError, TypeError) as exc:
+            refused.append(f"watchpoint {watchpoint.id} ({watchpoint.label}) could not be set on job {job.id}: "
+                           f"{str(exc).strip(chr(34))}")
+    return made, refused
