@@ -134,6 +134,14 @@ def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_en
     (row,) = [line for line in second.stdout.splitlines() if "conv1.weight" in line and "weight_overflow" in line]
     assert row.split()[:2] == ["2", "0"]
 
+    other = _msdebug("debug", "-c", "watch weight_overflow; watch weight_too_large:abs_mean_gt=100 fc3.weight; "
+                     "continue", str(PLAIN), "--batches", "3", "--trainings", "2", "--retrain-small")
+    assert other.returncode == 2, other.stdout + other.stderr   # training 2 could not be watched as asked
+    assert "watchpoint 1: weight_overflow on 2 node(s) set again" in other.stdout   # every weight of the new network
+    assert "*** watchpoint 2 (weight_too_large:abs_mean_gt=100) could not be set on job 2: nodes='fc3.weight'" \
+        in other.stdout
+    assert "training exited with code 0" in other.stdout and "killed" not in other.stdout
+
     hit = _msdebug("debug", "-c", "watch weight_overflow *; continue", str(PLAIN), "--nan-batch", "1",
                    "--batches", "4", "--trainings", "2")
     assert hit.returncode == 1, hit.stdout + hit.stderr

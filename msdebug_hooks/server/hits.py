@@ -24,6 +24,8 @@ class ServerWatchpoint:
     condition: Condition
     nodes: tuple[Node, ...]
     label: str = ""                  # how it was asked for, e.g. "weight_overflow"
+    asked_nodes: object = None       # the nodes as asked for (None, a pattern or category, or names): what a
+                                     # script's next training is given again (``script_trainings.py``)
 
     def __str__(self) -> str:
         return f"#{self.id} {self.label or self.condition!r} on {len(self.nodes)} node(s)"

@@ -71,7 +71,8 @@ class Job(TrainingLink):
                              f"graph{f' of kind {target}' if target else ''}")
         with self._cond:
             self._require_alive()
-            watchpoint = ServerWatchpoint(self._next_watchpoint, condition, tuple(chosen), label or repr(condition))
+            watchpoint = ServerWatchpoint(self._next_watchpoint, condition, tuple(chosen), label or repr(condition),
+                                          _as_asked(nodes))
             self._next_watchpoint += 1
             self.watchpoints[watchpoint.id] = watchpoint
             self._queue.append(commands.set_watchpoint(watchpoint.id, condition, chosen))
@@ -295,3 +296,11 @@ class Job(TrainingLink):
                     raise TimeoutError(f"{self.label}: still {self.state} at step {self.step} after {timeout:g} s "
                                        f"of {doing}")
                 self._cond.wait(min(left, POLL))
+
+
+def _as_asked(nodes: NodesSpec) -> Union[None, str, tuple[str, ...]]:
+    """A watchpoint's node selection in names only (no ``Node`` of one job's graph), to be resolved again."""
+    if nodes is None or isinstance(nodes, str):
+        return nodes
+    return tuple(node.name if isinstance(node, Node) else node for node in ([nodes] if isinstance(nodes, Node)
+                                                                          else nodes))

@@ -43,12 +43,13 @@ def next_training(server: DebuggerServer, process, say: Callable[[str], None], *
 
 
 def carry_watchpoints(previous: Job, job: Job) -> tuple[list[ServerWatchpoint], list[str]]:
-    """Set ``previous``'s watchpoints on ``job`` as they were asked for (condition text, node names). Returns the
-    watchpoints made and, for each one that could not be (a node the new graph lacks), why."""
+    """Set ``previous``'s watchpoints on ``job`` as they were asked for: the condition text and the node selection,
+    resolved again in the new graph (every weight is the new network's weights; named nodes must exist there).
+    Returns the watchpoints made and, for each one that could not be (a named node the new graph lacks), why."""
     made, refused = [], []
     for watchpoint in previous.watchpoints.values():
         try:
-            made.append(job.watch(watchpoint.label, [node.name for node in watchpoint.nodes]))
+            made.append(job.watch(watchpoint.label, watchpoint.asked_nodes))
         except (ConfigError, JobError, KeyError, ValueError, TypeError) as exc:
             refused.append(f"watchpoint {watchpoint.id} ({watchpoint.label}) could not be set on job {job.id}: "
                            f"{str(exc).strip(chr(34))}")

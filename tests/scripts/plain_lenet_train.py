@@ -48,6 +48,8 @@ def main():
     parser.add_argument("--trainings", type=int, default=1, help="Model.train calls, one after the other")
     parser.add_argument("--nan-training", type=int, default=None, help="1-based training with the NaN/Inf batch "
                         "(default: every one)")
+    parser.add_argument("--retrain-small", action="store_true", help="trainings after the first train another "
+                        "network (one Dense layer named head): other node names")
     parser.add_argument("--log", default="")
     parser.add_argument("--save", default="")
     args = parser.parse_args()
@@ -72,6 +74,10 @@ def main():
     nan = {args.nan_batch} if args.nan_batch is not None else None
     for training in range(1, args.trainings + 1):
         poisoned = nan if args.nan_training in (None, training) else None
+        if training == 2 and args.retrain_small:
+            net = nn.SequentialCell([nn.Flatten(), nn.Dense(32 * 32, 10)])
+            model = Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                          nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9))
         model.train(args.epochs, make_dataset(args.batches, nan_batches=poisoned),
                     callbacks=[StepLog(args.log, args.save)], dataset_sink_mode=False)
         print("training finished", flush=True)
