@@ -120,8 +120,9 @@ def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_en
     training, which gets the watchpoints of the one before, so the whole script stays watched; one still connecting
     after the session ended is terminated at step 0, so the script ends on its own (no 60 s wait, no kill)."""
     both = _msdebug("debug", "-c", "watch weight_overflow *; continue", str(PLAIN), "--batches", "3",
-                    "--trainings", "2")
+                    "--trainings", "2", "--pause-between", "3")        # 3 s of "evaluation" between the two
     assert both.returncode == 0, both.stdout + both.stderr
+    assert "the script runs on after its training ended; waiting up to 3600 s (--timeout)" in both.stdout
     assert "job 1 finished" in both.stdout and "job 2: the script trains again (rank 0), waiting at step 0; " \
         "commands now act on it; watchpoint 1: weight_overflow on 8 node(s) set again" in both.stdout
     assert "continuing job 2" in both.stdout and "job 2 finished" in both.stdout
@@ -141,6 +142,12 @@ def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_en
     assert "*** watchpoint 2 (weight_too_large:abs_mean_gt=100) could not be set on job 2: nodes='fc3.weight'" \
         in other.stdout
     assert "training exited with code 0" in other.stdout and "killed" not in other.stdout
+
+    hung = _msdebug("debug", "--timeout", "4", "-c", "continue", str(PLAIN), "--batches", "3", "--trainings", "2",
+                    "--pause-between", "60")
+    assert hung.returncode == 2, hung.stdout + hung.stderr     # its second training could not be looked at
+    assert "*** the script neither trained again nor exited within 4 s of its training's end; killed" in hung.stdout
+    assert "training exited with code -9" in hung.stdout
 
     hit = _msdebug("debug", "-c", "watch weight_overflow *; continue", str(PLAIN), "--nan-batch", "1",
                    "--batches", "4", "--trainings", "2")

@@ -22,7 +22,8 @@ def add_session_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("-x", "--command-file", metavar="FILE",
                        help="run the prompt commands in FILE (one per line, # comments) instead of the prompt")
     parser.add_argument("--timeout", type=float, default=3600.0, metavar="S",
-                        help="longest wait of one command (continue, step) in seconds (default 3600)")
+                        help="longest wait of one command (continue, step), and for a script that runs on after a "
+                             "training to train again or exit, in seconds (default 3600)")
 
 
 def read_commands(args: argparse.Namespace) -> Union[None, bool, list[str]]:

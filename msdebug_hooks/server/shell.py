@@ -18,8 +18,8 @@ Non-interactive use (``-c "watch weight_overflow *; continue"`` or a command fil
 terminates a training that is still alive (and any the script starts after it). A script that trains again
 (several ``Model.train`` calls) is followed, its watchpoints set again on each training (``script_trainings.py``).
 Exit code: 1 if any watchpoint hit, 0 if none did, 2 on bad input (an unknown command, a bad condition, a missing
-node) or when the training could not be looked at (it never connected, it was lost before it ended, or a watchpoint
-could not be set again on the script's next training).
+node) or when the training could not be looked at (it never connected, it was lost before it ended, a watchpoint
+could not be set again on the script's next training, or the script was killed or died of a signal).
 """
 from __future__ import annotations
 
@@ -180,8 +180,10 @@ class DebuggerShell(cmd.Cmd):
         (``script_trainings.py``)."""
         if self.process is None:
             return
-        late = next_training(self.server, self.process, self.say, take=not session_over and self.group is None)
+        late = next_training(self.server, self.process, self.say, take=not session_over and self.group is None,
+                             patience=self.timeout)
         if late is None:
+            self.bad_input |= self.process.returncode < 0    # killed, or died of a signal: not a clean look
             self.process = None
             return
         previous = self.job

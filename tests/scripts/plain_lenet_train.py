@@ -6,6 +6,7 @@ Options shape the network the way real scripts do: a wider fc1 (a weight over 4 
 batch, GRAPH_MODE. A user callback logs every step and, at the end of training, saves the weights; the tests read both.
 """
 import argparse
+import time
 
 import numpy as np
 from mindspore import nn
@@ -50,6 +51,7 @@ def main():
                         "(default: every one)")
     parser.add_argument("--retrain-small", action="store_true", help="trainings after the first train another "
                         "network (one Dense layer named head): other node names")
+    parser.add_argument("--pause-between", type=float, default=0.0, help="seconds between trainings (an evaluation)")
     parser.add_argument("--log", default="")
     parser.add_argument("--save", default="")
     args = parser.parse_args()
@@ -81,6 +83,8 @@ def main():
         model.train(args.epochs, make_dataset(args.batches, nan_batches=poisoned),
                     callbacks=[StepLog(args.log, args.save)], dataset_sink_mode=False)
         print("training finished", flush=True)
+        if training < args.trainings:
+            time.sleep(args.pause_between)
 
 
 if __name__ == "__main__":
