@@ -57,8 +57,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.wait:
         os.environ[WAIT_VARIABLE] = "1"
     settings = DebuggerSettings.from_env()      # ConfigError (exit 2) before the script starts
-    print(f"msdebug run: debugger attached to every Model.train/fit; MindInsight at {settings.address}",
-          file=sys.stderr)
+    print(f"msdebug run: debugger attached to every Model.train/fit; debugger server (MindInsight or msdebug) at "
+          f"{settings.address}", file=sys.stderr)
     autoattach.install_from_env()
     sys.argv = [str(script), *args.args]
     sys.path.insert(0, str(script.resolve().parent))

@@ -7,7 +7,7 @@ an ``error_code`` (bits: 1 NaN, 2 Inf, 4 no previous value) and every parameter 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
 from msdebug_hooks.conditions import Condition, TensorOverflowCondition, error_list
@@ -24,8 +24,9 @@ class ServerWatchpoint:
     condition: Condition
     nodes: tuple[Node, ...]
     label: str = ""                  # how it was asked for, e.g. "weight_overflow"
-    asked_nodes: object = None       # the nodes as asked for (None, a pattern or category, or names): what a
-                                     # script's next training is given again (``script_trainings.py``)
+    # the nodes as asked for (None, a pattern or category, or names): what a script's next training is given again
+    # (``script_trainings.py``)
+    asked_nodes: Union[None, str, tuple[str, ...]] = None
 
     def __str__(self) -> str:
         return f"#{self.id} {self.label or self.condition!r} on {len(self.nodes)} node(s)"

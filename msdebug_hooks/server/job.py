@@ -302,5 +302,6 @@ def _as_asked(nodes: NodesSpec) -> Union[None, str, tuple[str, ...]]:
     """A watchpoint's node selection in names only (no ``Node`` of one job's graph), to be resolved again."""
     if nodes is None or isinstance(nodes, str):
         return nodes
-    return tuple(node.name if isinstance(node, Node) else node for node in ([nodes] if isinstance(nodes, Node)
-                                                                          else nodes))
+    if isinstance(nodes, Node):
+        nodes = [nodes]
+    return tuple(node.name if isinstance(node, Node) else node for node in nodes)
