@@ -158,22 +158,25 @@ def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_en
 
 
 @pytest.mark.mindspore
-def test_serve_drives_a_training_started_elsewhere(tmp_path):
+def test_serve_drives_a_training_started_elsewhere_and_takes_its_next_one_with_the_watchpoints(tmp_path):
     port = free_port()
     serve = subprocess.Popen([sys.executable, "-m", "msdebug_hooks", "serve", "--port", str(port), "-c",
-                              "watch weight_overflow; step 1; continue; stats conv1.weight"],
+                              "watch weight_overflow; step 1; continue; wait 120; continue; stats conv1.weight"],
                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert f"listening on 127.0.0.1:{port}" in serve.stdout.readline()
-        with training(tmp_path, port, "--nan-batch", "3") as run:
+        with training(tmp_path, port, "--batches", "6", "--trainings", "2", "--nan-batch", "3", "--nan-training",
+                      "2") as run:
             out, _ = serve.communicate(timeout=240)
             assert serve.returncode == 1, out
-            assert run.proc.wait(60) == 0 and run.lines()[-1] == "end" and run.steps() == 4
+            assert run.proc.wait(60) == 0 and run.lines()[-1] == "end" and run.steps() == 6 + 4
     finally:
         if serve.poll() is None:
             serve.kill()
             serve.wait(30)
-    assert "job 1 waiting at step 4" in out and "nan " in out
+    assert "job 1 finished" in out
+    assert "job 2 connected (rank 0), waiting at step 0; watchpoint 1: weight_overflow on 8 node(s) set again" in out
+    assert "job 2 waiting at step 4" in out and "nan " in out
 
 
 def test_serve_and_debug_refuse_a_port_in_use_and_bad_values_with_exit_2():

@@ -144,3 +144,17 @@ def test_a_raw_protocol_client_with_two_graphs_runs_steps_and_ends_with_training
         with grpc.insecure_channel(server.address) as other:
             assert not _stub(other)[0]["SendMetadata"](bad, timeout=10).version_matched
         assert server.jobs[-1].state is JobState.MISMATCH
+
+
+@pytest.mark.parametrize("line, said", [("wait abc", "*** wait 'abc': give a number of seconds, e.g. wait 600"),
+                                        ("wait 0.2", "*** timed out: ")])
+def test_the_prompts_wait_refuses_a_bad_duration_and_says_when_nobody_came(line, said):
+    import io
+
+    from msdebug_hooks.server.shell import DebuggerShell
+
+    out = io.StringIO()
+    with DebuggerServer(port=0, log_reports=False) as server:
+        shell = DebuggerShell(server, stdout=out, interactive=False)
+        shell.onecmd(line)
+    assert out.getvalue().startswith(said) and shell.bad_input and shell.job is None

@@ -1,11 +1,7 @@
 """The debugger prompt behind ``msdebug debug`` and ``msdebug serve``: a pdb-like shell (stdlib ``cmd``) over a
 ``DebuggerServer`` and its jobs.
 
-Commands (``help <command>`` at the prompt says more): ``status``, ``jobs`` / ``job N``, ``nodes [PATTERN]
-[CATEGORY] [stack=TEXT]``, ``watch CONDITION [PARAM=VALUE ...] [NODES ...]``, ``unwatch ID|all``, ``watchpoints``,
-``continue`` (until a hit, the script's end, or Ctrl-C, which pauses), ``step [N]``, ``pause``, ``recheck``, ``hits``,
-``tensor NAME [previous] [slot=N]``, ``stats NAME [previous] [slot=N]``, ``save NAME FILE.npy [previous]``,
-``source NAME``, ``terminate``, ``quit``.
+Commands: one ``do_*`` method each, its docstring being its ``help``; the table is in docs/debugger-server.md.
 
 With several ranks (``msdebug serve --ranks N``), run commands (watch, unwatch, continue, step, pause, recheck,
 terminate, hits) act on every rank, kept in lockstep (``group.py``); views and listings act on the current rank
@@ -186,12 +182,15 @@ class DebuggerShell(cmd.Cmd):
             self.bad_input |= self.process.returncode < 0    # killed, or died of a signal: not a clean look
             self.process = None
             return
+        self._take(late, f"job {late.id}: the script trains again (rank {late.rank}), waiting at step {late.step}; "
+                         "commands now act on it")
+
+    def _take(self, late: Job, said: str) -> None:
+        """Make ``late`` (a training connected after the current one) the job, with the current one's watchpoints."""
         previous = self.job
         self.attach(late)
         made, refused = carry_watchpoints(previous, late) if previous is not None else ([], [])
-        again = "".join(f"; watchpoint {w.id}: {w.label} on {len(w.nodes)} node(s) set again" for w in made)
-        self.say(f"job {late.id}: the script trains again (rank {late.rank}), waiting at step {late.step}; "
-                 f"commands now act on it{again}")
+        self.say(said + "".join(f"; watchpoint {w.id}: {w.label} on {len(w.nodes)} node(s) set again" for w in made))
         for reason in refused:      # a watch that could not follow the script must not end as a clean exit
             self._bad(reason)
 
@@ -253,9 +252,12 @@ class DebuggerShell(cmd.Cmd):
         self.say(f"job {self.job.id}: {self.job.state} at step {self.job.step}")
 
     def do_wait(self, arg: str) -> None:
-        """wait [SECONDS]: wait for the next training to connect (serve) and switch to it."""
-        self.job = self.server.wait_for_training(timeout=float(arg or self.timeout), process=self.process)
-        self.say(f"job {self.job.id} connected (rank {self.job.rank}), waiting at step {self.job.step}")
+        """wait [SECONDS]: take the next training to connect (serve), with this job's watchpoints."""
+        text = arg.strip()
+        if text and not text.replace(".", "", 1).isdigit():
+            raise BadCommand(f"wait {text!r}: give a number of seconds, e.g. wait 600")
+        late = self.server.wait_for_training(timeout=float(text or self.timeout), process=self.process)
+        self._take(late, f"job {late.id} connected (rank {late.rank}), waiting at step {late.step}")
 
     # -- commands: the graph ------------------------------------------------------------------------------------
     def do_nodes(self, arg: str) -> None:
