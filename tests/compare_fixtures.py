@@ -43,6 +43,20 @@ def lenet_dump_rerun(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def lenet_dump_fc2_nudged(tmp_path_factory) -> Path:
+    """The training of ``lenet_dump_rerun`` with fc2's weight 0.1 % larger from the start: a difference far below
+    any per-element tolerance (rtol = atol = 1e-4 on values of 1e-2), far above float32 noise."""
+    return _dump(tmp_path_factory.mktemp("lenet_fc2_nudged"), """
+        import mindspore as ms
+        ms.set_context(mode=ms.GRAPH_MODE)
+        from lenet import make_model, make_dataset
+        model, network = make_model(0.01)
+        network.fc2.weight.set_data(ms.Tensor(network.fc2.weight.asnumpy() * 1.001))
+        model.train(1, make_dataset(num_batches=1), dataset_sink_mode=False)
+    """)
+
+
+@pytest.fixture(scope="session")
 def lenet_dump_shifted(tmp_path_factory) -> Path:
     script = Path(__file__).parent / "scripts" / "shifted_lenet_train.py"
     return _dump(tmp_path_factory.mktemp("lenet_shifted"),

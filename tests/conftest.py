@@ -63,13 +63,15 @@ from mindinsight_server import mindinsight_server, mindinsight_venv  # noqa: E40
 from dump_fixtures import lenet_dump, nan_dump  # noqa: E402,F401
 
 # Real runs and dumps for the precision-comparison tests (two LeNet runs that part; identical and shifted dumps).
-from compare_fixtures import lenet_dump_rerun, lenet_dump_shifted, two_runs_example  # noqa: E402,F401
+from compare_fixtures import (lenet_dump_fc2_nudged, lenet_dump_rerun, lenet_dump_shifted,  # noqa: E402,F401
+                              two_runs_example)
 
 
 # Fixtures that train MindSpore (in a subprocess) to make their dump or run: a test using one starts MindSpore, so it
 # carries the `mindspore` marker. pytest does not pass markers from fixtures to tests; this hook does, before `-m`
 # selects (tryfirst), so a new test using these fixtures cannot slip into the fast lane.
-TRAINING_FIXTURES = frozenset({"lenet_dump", "nan_dump", "lenet_dump_rerun", "lenet_dump_shifted", "two_runs_example"})
+TRAINING_FIXTURES = frozenset({"lenet_dump", "nan_dump", "lenet_dump_rerun", "lenet_dump_shifted", "lenet_dump_fc2_nudged",
+                               "two_runs_example"})
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -78,7 +78,7 @@ def test_identical_runs_pass_every_pair(lenet_dump, lenet_dump_rerun, capsys):
     assert not result.unmatched_a and not result.unmatched_b and result.first_divergence is None
     assert result.exit_code() == 0
     assert main(["compare-dumps", str(lenet_dump_rerun), str(lenet_dump), "--no-progress"]) == 0
-    assert "every pair passed" in capsys.readouterr().out
+    assert "no operator differs beyond the noise of its dtype (largest |a-b|/|b|: 0.0e+00)" in capsys.readouterr().out
 
 
 def test_shifted_op_ids_still_match_by_scope_type_order_and_shape(lenet_dump, lenet_dump_shifted):
@@ -178,3 +178,21 @@ def test_different_input_data_is_named_as_the_data(lenet_dump_rerun, broken_copy
     assert "fed different data or weights" in first.explanation()
     assert main(["compare-dumps", str(broken_copy), str(lenet_dump_rerun), "--no-progress"]) == 1
     assert "first diverging operator (iteration 0, rank 0): Parameter inputs0" in capsys.readouterr().out
+
+
+def test_a_weight_0_1_percent_apart_is_named_as_the_root_with_its_first_consumer(lenet_dump_fc2_nudged,
+                                                                                lenet_dump_rerun, capsys):
+    result = DumpComparer(lenet_dump_fc2_nudged, lenet_dump_rerun).compare(progress=False)
+    first = result.first_divergence
+    assert first.node_a.endswith("/fc2-Dense/MatMul-op0") and first.root == "fc2.weight", first
+    assert first.root_error == pytest.approx(1e-3, rel=1e-3)
+    line = source_line(LENET, "self.fc2(x)")
+    assert first.source_a.startswith(f"{LENET}:{line}  ")
+    # every operator before it agrees to float32 noise (identical here), so nothing upstream is blamed
+    before = [p for p in result.pairs if p.iteration == first.iteration and p.io == "output"
+              and p.order < _order_of_first_divergence(result)]
+    assert before and all(p.error() == 0.0 for p in before)
+    assert main(["compare-dumps", str(lenet_dump_fc2_nudged), str(lenet_dump_rerun), "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert "the runs start the step from different values of fc2.weight (0.1 % apart" in out, out
+    assert "this is its first consumer" in out and "itself computes differently" not in out

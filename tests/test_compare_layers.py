@@ -57,8 +57,9 @@ def test_capture_lists_every_layer_call_in_order_for_the_chosen_step_only(refere
     value = capture.load(forward[-1])
     assert value.shape == (16, 10) and np.isfinite(value).all()
     manifest = json.loads((reference / "manifest.json").read_text())
-    assert manifest["format"] == "msdebug-layer-capture" and manifest["format_version"] == 1
-    assert set(manifest["records"][0]) == {"step", "order", "name", "kind", "file", "shape", "dtype"}
+    assert manifest["format"] == "msdebug-layer-capture" and manifest["format_version"] == 2
+    assert set(manifest["records"][0]) == {"step", "order", "name", "kind", "file", "shape", "dtype",
+                                               "source_dtype"}
 
 
 def test_identical_runs_pass_and_exit_0(reference, tmp_path, capsys):
@@ -68,13 +69,21 @@ def test_identical_runs_pass_and_exit_0(reference, tmp_path, capsys):
     assert "28 pairs compared; 0 only in A, 0 only in B" in out and "no layer diverges" in out
 
 
-def test_records_without_a_partner_are_not_clean(reference, tmp_path, capsys):
+def test_a_kind_one_capture_lacks_entirely_is_left_out_and_said(reference, tmp_path, capsys):
     no_gradients = train_and_capture(tmp_path / "no_gradients", record_gradients=False)
     code, out, _ = cli("compare-layers", no_gradients, reference, capsys=capsys)
-    assert code == 1 and "14 pairs compared; 0 only in A, 14 only in B" in out
-    assert "no matched pair diverges, but the records listed above have no partner" in out
-    code, out, _ = cli("compare-layers", no_gradients, reference, "--kinds", "forward", capsys=capsys)
-    assert code == 0 and "no layer diverges" in out
+    assert code == 0 and "14 pairs compared; 0 only in A, 0 only in B" in out, out
+    assert "parameter-gradient records: only B has them" in out and "no layer diverges" in out
+
+
+def test_records_without_a_partner_are_not_clean(reference, tmp_path, capsys):
+    cut = capture_torch(tmp_path / "cut")
+    manifest = json.loads((cut / "manifest.json").read_text())
+    manifest["records"] = [r for r in manifest["records"] if r["name"] != "fc3"]   # a layer the run does not have
+    (cut / "manifest.json").write_text(json.dumps(manifest))
+    code, out, _ = cli("compare-layers", cut, reference, "--step", "2", capsys=capsys)
+    assert code == 1 and "27 pairs compared; 0 only in A, 1 only in B" in out, out
+    assert "no matched pair diverges" in out and "the records listed above have no partner" in out
 
 
 def test_a_scaled_layer_is_named_first_and_written_as_csv_and_json(reference, tmp_path, capsys):
@@ -300,3 +309,23 @@ def test_tuple_outputs_and_chosen_containers_are_recorded(tmp_path):
         ("lstm.0", (2, 3, 5)), ("lstm.1.0", (1, 2, 5)), ("lstm.1.1", (1, 2, 5))]
     with pytest.raises(ValueError, match=r"containers=\['decoder'\] is not allowed"):
         TorchLayerRecorder(model, tmp_path / "other", containers=["decoder"])
+
+
+def test_prefix_rules_of_a_mapping_file_pair_layers(tmp_path, capsys):
+    rng = np.random.default_rng(7)
+    a, b = CaptureWriter(tmp_path / "a", "mindspore"), CaptureWriter(tmp_path / "b", "pytorch")
+    for order, part in enumerate(("attn", "ffn", "norm")):
+        value = rng.standard_normal((3, 4)).astype(np.float32)
+        a.add(1, order, f"layers.0.{part}", "forward-output", value)
+        b.add(1, order, f"blocks.0.{part}", "forward-output", value)
+    a.add(1, 3, "layers.1.ffn", "forward-output", np.ones((2, 2), np.float32))
+    b.add(1, 3, "blocks.1.ffn", "forward-output", np.ones((5,), np.float32))
+    a.flush(), b.flush()
+    rules = tmp_path / "rules.txt"
+    rules.write_text("layers.* -> blocks.*\n")
+    report = compare_layers(tmp_path / "a", tmp_path / "b", mapping=load_name_mapping(rules))
+    assert [(p.record_b.name, p.matched_by) for p in report.pairs] == [
+        ("blocks.0.attn", "mapping"), ("blocks.0.ffn", "mapping"), ("blocks.0.norm", "mapping"),
+        ("blocks.1.ffn", "mapping")]
+    assert report.first_divergence.record_a.name == "layers.1.ffn"   # paired by the rule although shapes differ
+    assert not report.pairs[3].result.comparable

@@ -11,7 +11,9 @@ from compare_fixtures import CHANGE_AFTER
 from conftest import run_python
 from msdebug_hooks.cli import main
 from msdebug_hooks.compare import LossWriter, compare_losses, read_losses
-from msdebug_hooks.compare.loss import LossFileError
+from msdebug_hooks.compare.loss import LossFileError, LossSeries
+from msdebug_hooks.compare.loss_diff import DEFAULT_FORWARD_RTOL, FLOAT32_FORWARD_NOISE
+from msdebug_hooks.errors import ConfigError
 
 
 def _write(path, lines):
@@ -21,6 +23,11 @@ def _write(path, lines):
 
 def _records(path, losses, start=1):
     return _write(path, [json.dumps({"step": start + i, "loss": v}) for i, v in enumerate(losses)])
+
+
+def _series(name, losses, start=1):
+    steps = range(start, start + len(losses))
+    return LossSeries(name, dict(zip(steps, losses)), {step: i + 1 for i, step in enumerate(steps)})
 
 
 # --- real runs -------------------------------------------------------------------------------------------------------
@@ -49,6 +56,85 @@ def test_identical_runs_report_no_step(two_runs_example, capsys):
         out = capsys.readouterr().out
         assert code == 0, out
         assert "no step beyond tolerance" in out and "max abs error 0," in out
+
+
+MLP_SIZES = (16, 32, 4)   # inputs, hidden units (GELU), classes
+
+
+def _mlp_case(path, steps=4, batch=32, seed=2):
+    """Initial weights and batches of a 2-layer MLP, shared by both frameworks. Inputs of scale 3 put GELU's inputs
+    where its tanh approximation errs most (up to 4.7e-4 at |x| = 2.7)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n_in, hidden, n_out = MLP_SIZES
+    case = {"w1": rng.standard_normal((hidden, n_in)) / np.sqrt(n_in), "b1": 0.1 * rng.standard_normal(hidden),
+            "w2": rng.standard_normal((n_out, hidden)) / np.sqrt(hidden), "b2": 0.1 * rng.standard_normal(n_out),
+            "xs": 3.0 * rng.standard_normal((steps, batch, n_in))}
+    case = {name: value.astype(np.float32) for name, value in case.items()}
+    case["ys"] = rng.integers(0, n_out, (steps, batch)).astype(np.int32)
+    np.savez(path, **case)
+    return case
+
+
+def _train_mlp_torch(case, directory):
+    torch = pytest.importorskip("torch", reason="the PyTorch side needs torch (test extra)")
+    n_in, hidden, n_out = MLP_SIZES
+    model = torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, n_out))
+    with torch.no_grad():
+        for parameter, name in zip(model.parameters(), ("w1", "b1", "w2", "b2")):
+            parameter.copy_(torch.from_numpy(case[name]))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with LossWriter(directory, rank=0) as losses:
+        for step, (x, y) in enumerate(zip(case["xs"], case["ys"]), start=1):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y).long())
+            loss.backward()
+            optimizer.step()
+            losses.write(step, loss.item())
+    return directory
+
+
+@pytest.mark.mindspore
+def test_forward_bug_below_rtol_parts_at_step_1_against_pytorch(tmp_path, capsys):
+    """MindSpore ports of a PyTorch MLP, same weights and batches: GELU(approximate=False) is the correct port;
+    MindSpore's default GELU (tanh approximation) against PyTorch's exact one is a forward bug whose step-1 loss
+    difference stays under the cross-framework rtol 1e-3."""
+    case = _mlp_case(tmp_path / "case.npz")
+    reference = _train_mlp_torch(case, tmp_path / "torch")
+    run_python(f"""
+        import mindspore as ms, numpy as np
+        from mindspore import nn
+        from msdebug_hooks.compare import LossWriter
+        case = np.load({str(tmp_path / "case.npz")!r})
+        n_in, hidden, n_out = {MLP_SIZES!r}
+        for name, approximate in (("exact", False), ("tanh", True)):
+            w1, b1, w2, b2 = (ms.Tensor(case[key]) for key in ("w1", "b1", "w2", "b2"))
+            net = nn.SequentialCell([nn.Dense(n_in, hidden, weight_init=w1, bias_init=b1),
+                                     nn.GELU(approximate=approximate),
+                                     nn.Dense(hidden, n_out, weight_init=w2, bias_init=b2)])
+            train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.CrossEntropyLoss()),
+                                        nn.SGD(net.trainable_params(), learning_rate=0.1))
+            with LossWriter({str(tmp_path)!r} + "/" + name, rank=0) as losses:
+                for step, (x, y) in enumerate(zip(case["xs"], case["ys"]), start=1):
+                    losses.write(step, float(train(ms.Tensor(x), ms.Tensor(y)).asnumpy()))
+    """)
+    exact = compare_losses(read_losses(tmp_path / "exact"), read_losses(reference))
+    assert exact.first_parted is None and exact.forward_check.rel_error < FLOAT32_FORWARD_NOISE
+    assert main(["compare-loss", str(tmp_path / "exact"), str(reference)]) == 0
+    assert "forward-rtol 1e-06: agrees" in capsys.readouterr().out
+
+    buggy = compare_losses(read_losses(tmp_path / "tanh"), read_losses(reference))
+    step_1 = buggy.steps[0]
+    assert DEFAULT_FORWARD_RTOL < step_1.rel_error < buggy.rtol, step_1   # hidden under rtol, far above the noise
+    assert buggy.first_parted is step_1 and step_1.forward
+    # under one tolerance for every step, step 1 would not part (and the parting, if any, would read as backward)
+    old = compare_losses(read_losses(tmp_path / "tanh"), read_losses(reference), forward_rtol=buggy.rtol)
+    assert old.first_parted is None or old.first_parted.step > 1
+    assert main(["compare-loss", str(tmp_path / "tanh"), str(reference)]) == 1
+    out = capsys.readouterr().out
+    assert "first step beyond tolerance: 1 " in out and "a pure forward comparison" in out
+    assert "below the cross-framework rtol 0.001" in out and "the forward pass differs" in out
 
 
 @pytest.mark.mindspore
@@ -170,7 +256,110 @@ def test_cli_reports_errors_and_json(tmp_path, capsys):
     assert main(["compare-loss", str(a), str(a)]) == 0
     first_differs = _records(tmp_path / "c.jsonl", [2.1, 1.9, 1.8, 1.7])
     assert main(["compare-loss", str(first_differs), str(a)]) == 1
-    assert "already differs: the forward pass differs" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "5.0e-2 relative, 50,000x float32 forward noise" in out and "the forward pass differs" in out
+
+
+# --- step 1, the forward comparison --------------------------------------------------------------------------------
+
+REFERENCE = [2.0, 1.9, 1.8, 1.7]
+
+
+def _shifted(rel_at_step_1, later=REFERENCE[1:]):
+    return [REFERENCE[0] * (1 + rel_at_step_1), *later]
+
+
+def test_step_1_below_rtol_but_beyond_forward_noise_parts_as_a_forward_difference():
+    # the issue's figures: forward bugs at 6e-4 and 8e-5 relative, under the cross-framework rtol 1e-3
+    for rel, multiple in ((6e-4, "600x"), (8e-5, "80x")):
+        result = compare_losses(_series("a", _shifted(rel)), _series("b", REFERENCE))
+        first = result.first_parted
+        assert first.step == 1 and first.forward and first.rel_error == pytest.approx(rel)
+        assert first.rel_error < result.rtol and result.parted_count == 1 and result.forward_step == 1
+        assert result.forward_noise_multiple == pytest.approx(rel / FLOAT32_FORWARD_NOISE)
+        reading = result.reading()
+        assert reading.startswith("step 1 ran the same weights on the same batch, a pure forward comparison, and "
+                                  f"differs by {rel:.1e}".replace("e-0", "e-")), reading
+        assert f"{multiple} float32 forward noise (at most about 1e-6)" in reading
+        assert "below the cross-framework rtol 0.001 but beyond forward-rtol 1e-06" in reading
+        assert "the forward pass differs" in reading and "backward" not in reading
+        assert "bfloat16 1e-4..1e-3" in reading            # how to tell mixed precision from a bug
+    # beyond rtol too: the same reading without "below"
+    result = compare_losses(_series("a", _shifted(5e-3)), _series("b", REFERENCE))
+    assert "beyond forward-rtol 1e-06 and rtol 0.001" in result.reading()
+
+
+def test_step_1_within_forward_noise_sends_a_later_parting_to_the_backward_pass():
+    # a correct port's step 1 (4e-7 relative), then a parting at step 3
+    a = _series("a", [REFERENCE[0] * (1 + 4e-7), 1.9, 1.85, 1.7])
+    result = compare_losses(a, _series("b", REFERENCE))
+    assert not result.steps[0].parted and result.steps[0].forward and result.first_parted.step == 3
+    reading = result.reading()
+    assert reading.startswith("steps up to 2 agree, step 3 differs: step 1 differs by 4.0e-7 relative, within "
+                              "float32 forward noise"), reading
+    assert "so the forward pass agreed on the same weights; look at the backward pass and the weight update of " \
+           "step 2" in reading
+    # within the noise: agrees, and the size is said
+    agree = compare_losses(_series("a", _shifted(5e-7)), _series("b", REFERENCE))
+    assert agree.first_parted is None
+    assert agree.reading().endswith("step 1 differs by 5.0e-7 relative, within float32 forward noise (at most about "
+                                    "1e-6): the forward pass agrees")
+    bit_equal = compare_losses(_series("a", REFERENCE), _series("b", REFERENCE))
+    assert bit_equal.reading().endswith("step 1 is bit-equal in both runs: the forward pass agrees")
+
+
+def test_files_that_start_later_are_judged_by_rtol_alone():
+    # a resumed run: step 5 is not a forward comparison on the same weights, 6e-4 is within rtol there
+    resumed = compare_losses(_series("a", _shifted(6e-4), start=5), _series("b", REFERENCE, start=5))
+    assert resumed.forward_step is None and resumed.forward_check is None and resumed.first_parted is None
+    assert not any(s.forward for s in resumed.steps) and "forward" not in resumed.reading()
+    assert resumed.as_dict()["forward_parted"] is None
+    later = compare_losses(_series("a", [2.0, 1.9, 1.85, 1.7], start=5), _series("b", REFERENCE, start=5))
+    assert "the forward pass was checked only to rtol 0.001" in later.reading()
+    first = compare_losses(_series("a", _shifted(5e-3), start=5), _series("b", REFERENCE, start=5))
+    assert first.first_parted.step == 5 and not first.first_parted.forward
+    assert "judged by rtol, not as a pure forward comparison" in first.reading()
+    # --common-steps from a run that starts later: the overlap does not begin at both runs' first step
+    overlap = compare_losses(_series("a", REFERENCE[1:], start=2), _series("b", REFERENCE), common_steps=True)
+    assert overlap.forward_step is None
+    # 0-based logs: step 0 is the first step
+    zero = compare_losses(_series("a", _shifted(6e-4), start=0), _series("b", REFERENCE, start=0))
+    assert zero.forward_step == 0 and zero.first_parted.step == 0 and zero.first_parted.forward
+
+
+def test_forward_rtol_is_checked_and_can_restore_one_tolerance():
+    a, b = _series("a", _shifted(6e-4)), _series("b", REFERENCE)
+    assert DEFAULT_FORWARD_RTOL == 1e-6
+    assert compare_losses(a, b, forward_rtol=1e-3).first_parted is None     # the old single tolerance
+    for bad in (-1e-5, math.nan, "1e-5", True):
+        with pytest.raises(ConfigError, match=r"forward_rtol=.* is not allowed: a finite number >= 0"):
+            compare_losses(a, b, forward_rtol=bad)
+    nonfinite = compare_losses(_series("a", [math.nan, *REFERENCE[1:]]), b)
+    assert nonfinite.first_parted.forward and "has a loss that is finite in one run only" in nonfinite.reading()
+
+
+def test_cli_prints_the_forward_check_and_exits_1(tmp_path, capsys):
+    b = _records(tmp_path / "b.jsonl", REFERENCE)
+    a = _records(tmp_path / "a.jsonl", _shifted(6e-4))
+    assert main(["compare-loss", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert ("forward check (step 1: same weights, same batch): step 1 differs by 6.0e-4 relative, 600x float32 "
+            "forward noise (at most about 1e-6); correct float32 ports measure 1e-7..5e-7; forward-rtol 1e-06: "
+            "parts") in out
+    assert "first step beyond tolerance: 1 " in out and "reading: step 1 ran the same weights" in out
+    assert main(["compare-loss", str(a), str(b), "--forward-rtol", "1e-3"]) == 0
+    assert "forward-rtol 0.001: agrees" in capsys.readouterr().out
+    assert main(["compare-loss", str(a), str(b), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["first_parted_step"] == 1 and out["first_parted"]["forward"] is True
+    assert out["forward_step"] == 1 and out["forward_parted"] is True and out["forward_rtol"] == 1e-6
+    assert out["forward_rel_error"] == pytest.approx(6e-4) and out["forward_noise_multiple"] == pytest.approx(600)
+    resumed = _records(tmp_path / "r.jsonl", _shifted(6e-4), start=5)
+    assert main(["compare-loss", str(resumed), str(_records(tmp_path / "rb.jsonl", REFERENCE, start=5))]) == 0
+    assert "no forward check: the steps compared start at 5" in capsys.readouterr().out
+    assert main(["compare-loss", str(a), str(b), "--forward-rtol", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "forward_rtol=-1.0 is not allowed: a finite number >= 0" in err
 
 
 def test_plot_writes_a_png(tmp_path, capsys):

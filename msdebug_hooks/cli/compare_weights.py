@@ -1,11 +1,15 @@
 """``msdebug compare-weights A B``: converted weights checked against their source.
 
 A and B are each a MindSpore ``.ckpt`` or a PyTorch ``.pth``/``.pt`` (any combination; PyTorch is needed for
-``.pth``: ``pip install "msdebug-hooks[torch]"``). Names are matched through the built-in MindSpore <-> PyTorch
-map (BatchNorm gamma/beta/moving_mean/moving_variance <-> weight/bias/running_mean/running_var, Embedding
-embedding_table <-> weight, ...) and the --mapping file (A name -> B name). Each problem gets its own line:
-MISSING, EXTRA, RENAMED (with the closest name), SHAPE, TRANSPOSED, DTYPE, VALUES.
-Exit 0: every weight matches; 1: a problem found; 2: bad input (missing or unreadable file, PyTorch missing).
+``.pth``: ``pip install "msdebug-hooks[torch]"``). Tensors are paired by the --mapping file (exact pairs, then rules
+such as ``layers.* -> blocks.*``), then by name through the built-in MindSpore <-> PyTorch map (BatchNorm
+gamma/beta/moving_mean/moving_variance <-> weight/bias/running_mean/running_var, Embedding embedding_table <->
+weight, ...), then -- where the port named its modules differently -- by equal values and the pattern of the
+names; those pairs are ok, and the report suggests the mapping rules that would pair them by name. Each problem
+gets its own line: MISSING, EXTRA, RENAMED, SHAPE, TRANSPOSED (square weights too), SWAPPED (A's q is B's k and
+A's k is B's q), DTYPE, VALUES.
+Exit 0: every weight matches; 1: a problem found; 2: bad input (missing or unreadable file, a bad mapping line or
+rule -- named with its file and line --, PyTorch missing).
 
 Example::
 
@@ -25,7 +29,8 @@ def register(subparsers) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("a", metavar="A", help="source weights (.pth/.pt or .ckpt)")
     parser.add_argument("b", metavar="B", help="converted weights (.ckpt or .pth/.pt)")
-    parser.add_argument("--mapping", metavar="FILE", help="name mapping (JSON object or 'a_name b_name' lines)")
+    parser.add_argument("--mapping", metavar="FILE", help="name mapping: JSON object or 'a_name b_name' lines; "
+                        "'layers.* -> blocks.*' is a rule ('*': one or more name parts)")
     parser.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance of equal values (1e-6)")
     parser.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance of equal values (1e-8)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

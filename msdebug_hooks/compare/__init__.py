@@ -44,6 +44,7 @@ _EXPORTS.update({
     "compare_weights": "msdebug_hooks.compare.weights",
     "WeightComparison": "msdebug_hooks.compare.weights",
     "load_name_mapping": "msdebug_hooks.compare.naming",
+    "NameMapping": "msdebug_hooks.compare.name_rules",
     "convert_torch_state": "msdebug_hooks.compare.naming",
     # a MindSpore callback: imports MindSpore
     "LayerRecorder": "msdebug_hooks.compare.mindspore_layers",

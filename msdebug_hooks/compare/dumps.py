@@ -11,9 +11,9 @@ pairs in execution order, each node of A with the next node of B whose output sh
 is reported as unmatched.
 
 Order: within an iteration, graph inputs first, then operators in execution order, then weights (MindSpore dumps
-parameters after the step). The first diverging operator is the first whose output is not ``pass`` (or, with
-``diverge_at="error"``, is ``error``), with the user's source line behind it in both dumps and whether its inputs
-already differed.
+parameters after the step). The first diverging operator is found with the noise model of
+:mod:`msdebug_hooks.compare.dump_findings` (or, with ``diverge_at="error"``, is the first whose output is ``error``),
+with the user's source line behind it in both dumps and whether its inputs already differed.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from msdebug_hooks._files import atomic_write_text
+from msdebug_hooks.compare.dump_findings import Divergence, TensorPair, node_divergence, user_source  # noqa: F401
 from msdebug_hooks.compare.metrics import (ERROR, NOT_COMPARABLE, PASS, WARNING, TensorComparison, Tolerance,
                                            compare_arrays, not_comparable)
 from msdebug_hooks.dump import npy
@@ -40,93 +41,7 @@ PathLike = Union[str, Path]
 BY_NAME = "name"
 BY_ORDER = "scope+type+order+shape"
 _OP_ID = re.compile(r"-op\d+$")
-_LIBRARY_PARTS = ("site-packages", "dist-packages")
 _DIVERGE_AT = {WARNING: (WARNING, ERROR), ERROR: (ERROR,)}
-
-
-def user_source(info: Optional[NodeInfo]) -> str:
-    """``file:line  code`` of the innermost frame outside installed packages (the user's line), or ``""``."""
-    if info is None:
-        return ""
-    frames = [f for f in info.stack if not any(part in f.file_path for part in _LIBRARY_PARTS)]
-    if not frames:
-        return ""
-    frame = frames[-1]
-    return f"{frame.file_path}:{frame.line_no}  {frame.code_line.strip()}"
-
-
-@dataclass(frozen=True)
-class TensorPair:
-    """One compared tensor: where it is in both dumps and the comparison."""
-
-    iteration: int
-    rank_a: int
-    rank_b: int
-    graph_id: int
-    order: int                # position in A's iteration: (group, execution index) flattened for sorting
-    node_a: str
-    node_b: str
-    op_type: str
-    io: str
-    slot: int
-    matched_by: str
-    comparison: TensorComparison
-    file_a: str = ""
-    file_b: str = ""
-
-    def as_row(self) -> dict[str, Any]:
-        row = {"iteration": self.iteration, "rank_a": self.rank_a, "rank_b": self.rank_b, "graph_id": self.graph_id,
-               "order": self.order, "node_a": self.node_a, "node_b": self.node_b, "op_type": self.op_type,
-               "io": self.io, "slot": self.slot, "matched_by": self.matched_by}
-        row.update(self.comparison.as_dict())
-        row["file_a"], row["file_b"] = self.file_a, self.file_b
-        return row
-
-
-@dataclass(frozen=True)
-class Divergence:
-    """The first operator (in execution order) whose output parts, with its source lines and its inputs' state."""
-
-    iteration: int
-    rank_a: int
-    rank_b: int
-    node_a: str
-    node_b: str
-    op_type: str
-    outputs: tuple[TensorPair, ...]
-    source_a: str
-    source_b: str
-    #: True: an input already differed (the cause is upstream or in that input); False: inputs agreed, so this
-    #: operator itself computes differently; None: inputs not dumped and no producer compared
-    inputs_differed: Optional[bool]
-    differing_inputs: tuple[str, ...] = ()
-    #: "operator", or "parameter" when the first node that parts is a graph input (the data) or a weight
-    node_type: str = "operator"
-
-    @property
-    def verdict(self) -> str:
-        """The worst verdict among its outputs."""
-        verdicts = {p.comparison.verdict for p in self.outputs}
-        return next(v for v in (ERROR, WARNING, NOT_COMPARABLE, PASS) if v in verdicts)
-
-    def explanation(self) -> str:
-        if self.node_type == PARAMETER:
-            return ("it is a graph input or a weight, not an operator: the runs were fed different data or weights "
-                    "(check the data pipeline, the seeds and the checkpoint before the operators)")
-        if self.inputs_differed is None:
-            return "its inputs were not dumped (input_output=2): compare the operators before it"
-        if self.inputs_differed:
-            return (f"its inputs already differed ({', '.join(self.differing_inputs)}): the difference entered "
-                    f"through them (a weight, the data, or an operator that is not dumped)")
-        return "its inputs agreed: this operator itself computes differently"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"iteration": self.iteration, "rank_a": self.rank_a, "rank_b": self.rank_b, "node_a": self.node_a,
-                "node_b": self.node_b, "op_type": self.op_type, "verdict": self.verdict,
-                "source_a": self.source_a, "source_b": self.source_b, "inputs_differed": self.inputs_differed,
-                "differing_inputs": list(self.differing_inputs), "node_type": self.node_type,
-                "explanation": self.explanation(),
-                "outputs": [p.as_row() for p in self.outputs]}
 
 
 @dataclass
@@ -431,7 +346,6 @@ class DumpComparer:
         return result
 
     def _divergences(self, pairs: list[TensorPair], plan) -> list[Divergence]:
-        diverging = _DIVERGE_AT[self.diverge_at]
         by_node: dict[tuple, list[TensorPair]] = defaultdict(list)
         for pair in pairs:
             by_node[(pair.iteration, pair.rank_a, pair.graph_id, pair.node_a)].append(pair)
@@ -439,40 +353,27 @@ class DumpComparer:
         for iteration, rank_a, rank_b, graph_id, matches in plan:
             if (iteration, rank_a) in found:
                 continue
+
+            def producer_outputs(name: str) -> list:
+                return [p for p in by_node.get((iteration, rank_a, graph_id, name), []) if p.io == "output"]
+
             for ia, ib, _how in matches:
                 node_pairs = by_node.get((iteration, rank_a, graph_id, ia.name), [])
-                outputs = tuple(p for p in node_pairs if p.io == "output")
-                if not any(p.comparison.verdict in diverging for p in outputs):
-                    continue
-                found[(iteration, rank_a)] = self._divergence(ia, ib, outputs, node_pairs, by_node, iteration,
-                                                              rank_a, rank_b, graph_id, diverging)
-                break
+                divergence = node_divergence(ia, ib, node_pairs, producer_outputs, self._input_source, iteration,
+                                             rank_a, rank_b, errors_only=self.diverge_at == ERROR)
+                if divergence is not None:
+                    found[(iteration, rank_a)] = divergence
+                    break
         return [found[key] for key in sorted(found)]
 
-    def _divergence(self, ia: NodeInfo, ib: NodeInfo, outputs, node_pairs, by_node, iteration: int, rank_a: int,
-                    rank_b: int, graph_id: int, diverging) -> Divergence:
-        inputs = [p for p in node_pairs if p.io == "input"]
-        differing: list[str] = []
-        inputs_differed: Optional[bool]
-        if inputs:
-            for pair in inputs:
-                if pair.comparison.verdict in diverging:
-                    differing.append(f"input {pair.slot}{self._input_label(ia, pair.slot)}")
-            inputs_differed = bool(differing)
-        else:   # inputs not dumped: look at the producers' outputs
-            producers = [by_node.get((iteration, rank_a, graph_id, name), []) for name in ia.inputs]
-            seen = [p for group in producers for p in group if p.io == "output"]
-            differing = [p.node_a for p in seen if p.comparison.verdict in diverging]
-            inputs_differed = bool(differing) if seen else None
-        return Divergence(iteration, rank_a, rank_b, ia.name, ib.name, ia.op_type, tuple(outputs),
-                          user_source(ia), user_source(ib), inputs_differed, tuple(differing), ia.node_type)
-
-    def _input_label(self, info: NodeInfo, slot: int) -> str:
-        """`` (fc2.weight)``: the node feeding input ``slot``, through a ``Load`` to its parameter."""
+    def _input_source(self, info: NodeInfo, slot: int) -> tuple[str, bool]:
+        """`` (fc2.weight)`` and whether it is a weight or graph input: the node feeding input ``slot``, through a
+        ``Load`` to its parameter."""
         if slot >= len(info.inputs):
-            return ""
+            return "", False
         name = info.inputs[slot]
         producer = self._a.index.node(info.rank, info.graph_name, name)
         if producer is not None and producer.op_type == "Load" and producer.inputs:
             name = producer.inputs[0]
-        return f" ({name})"
+            producer = self._a.index.node(info.rank, info.graph_name, name)
+        return f" ({name})", producer is not None and producer.node_type == PARAMETER

@@ -1,30 +1,34 @@
-"""Two layer captures side by side: match their layers, compare each pair, name the first layer that diverges.
+"""Two layer captures side by side: match their layers, compare each pair, name where the runs part.
 
-Matching, strongest first: the user's mapping (a name of A -> a name of B); the same canonical name (through the
-built-in MindSpore <-> PyTorch map of :mod:`msdebug_hooks.compare.naming`, same record kind); then, for what is
-left, execution order and shape (the next unmatched record of B, after the last matched one, of the same kind and
-shape). Each pair is compared with :func:`msdebug_hooks.compare.metrics.compare_arrays` (A is the run under test,
-B the reference). "First divergence" is the first forward output, in A's execution order, whose verdict is
-``error`` (or, with ``warnings_diverge``, ``warning`` too) -- or that could not be compared -- and if no forward
-output diverges, the first parameter gradient or parameter that does. A comparison is ``ok`` only when nothing
-diverges and every record found its partner.
+Matching, strongest first: the user's mapping (a name of A -> a name of B, exact pairs then prefix rules); the same
+canonical name (through the built-in MindSpore <-> PyTorch map of :mod:`msdebug_hooks.compare.naming`, same record
+kind); then, for what is left, execution order and shape (the next unmatched record of B, between the B positions of
+A's nearest matched neighbours, of the same kind and shape). Each pair is compared with
+:func:`msdebug_hooks.compare.metrics.compare_arrays` (A is the run under test, B the reference); its verdict colours
+its row. Where the runs part is decided by :mod:`msdebug_hooks.compare.attribution`: the first record whose error
+as a whole appears or jumps well above both the noise of its arithmetic and what the records before it carried.
+A comparison is ``ok`` when nothing diverges and every record found its partner (a kind that one capture lacks
+entirely, such as gradients from a GRAPH_MODE ``Model.train``, is left out and said so).
 """
 from __future__ import annotations
 
 import csv
+import dataclasses
+import functools
 import io
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from msdebug_hooks.compare.layer_capture import (FORWARD_OUTPUT, KINDS, Capture, CaptureError, LayerRecord,
-                                                 read_capture)
+from msdebug_hooks.compare import attribution
+from msdebug_hooks.compare.layer_capture import (COMPARED_KINDS, FORWARD_OUTPUT, PARAMETER, PARAMETER_GRADIENT, Capture,
+                                                 CaptureError, LayerRecord, read_capture)
+from msdebug_hooks.compare.layer_matching import fold_containers, match_records
+from msdebug_hooks.compare.layouts import one_layout
 from msdebug_hooks.compare.metrics import ERROR, NOT_COMPARABLE, WARNING, Tolerance, compare_arrays, not_comparable
-from msdebug_hooks.compare.naming import canonical_name
 from msdebug_hooks.errors import ConfigError
 
-MATCHED_BY_MAPPING = "mapping"
-MATCHED_BY_NAME = "name"
-MATCHED_BY_ORDER = "order+shape"
+_ENTRY_KIND = {FORWARD_OUTPUT: attribution.FORWARD, PARAMETER_GRADIENT: attribution.GRADIENT,
+               PARAMETER: attribution.PARAMETER}
 
 
 @dataclass
@@ -42,10 +46,19 @@ class LayerPair:
         data.update(self.result.as_dict())
         return data
 
+    def entry(self) -> attribution.Entry:
+        return attribution.Entry(self.record_a.name, _ENTRY_KIND.get(self.record_a.kind, attribution.FORWARD),
+                                 self.result, source_dtype(self.record_a), source_dtype(self.record_b))
+
+
+def source_dtype(record: LayerRecord) -> str:
+    """The dtype the layer computed in (a bfloat16 tensor is stored as float32 with its source dtype kept)."""
+    return getattr(record, "source_dtype", None) or record.dtype
+
 
 @dataclass
 class LayerComparison:
-    """Every pair of one step, what matched nothing, and the first divergence."""
+    """Every pair of one step, what matched nothing, and where the runs part."""
 
     capture_a: str
     capture_b: str
@@ -56,31 +69,60 @@ class LayerComparison:
     pairs: list = field(default_factory=list)
     unmatched_a: list = field(default_factory=list)
     unmatched_b: list = field(default_factory=list)
+    #: --strict: the first pair whose verdict is a warning or worse diverges (the per-pair rule, no noise model)
     warnings_diverge: bool = False
+    #: record kinds one capture holds and the other lacks entirely: left out of the comparison
+    kinds_left_out: dict = field(default_factory=dict)
+    #: own error or inherited, for the layer the finding names (``compare_layers(..., replay=True)``)
+    replay: Any = None
+    #: what the matching had to resolve (a container standing for its layers), said in the report
+    notes: list = field(default_factory=list)
 
     def diverges(self, pair: LayerPair) -> bool:
         bad = (ERROR, NOT_COMPARABLE, WARNING) if self.warnings_diverge else (ERROR, NOT_COMPARABLE)
         return pair.result.verdict in bad
 
     @property
-    def first_divergence(self) -> Optional[LayerPair]:
-        for kinds in ((FORWARD_OUTPUT,), tuple(k for k in KINDS if k != FORWARD_OUTPUT)):
-            for pair in self.pairs:
+    def finding(self) -> Optional[attribution.Finding]:
+        """Where the runs part (None: every difference is within the noise of its arithmetic)."""
+        if self.warnings_diverge:
+            return self._strict_finding()
+        return attribution.first_divergence([pair.entry() for pair in self.pairs])
+
+    def _strict_finding(self) -> Optional[attribution.Finding]:
+        for kinds in ((FORWARD_OUTPUT,), (PARAMETER, PARAMETER_GRADIENT)):
+            for index, pair in enumerate(self.pairs):
                 if pair.record_a.kind in kinds and self.diverges(pair):
-                    return pair
+                    entry = pair.entry()
+                    kind = {attribution.GRADIENT: attribution.GRADIENT_FINDING,
+                            attribution.PARAMETER: attribution.PARAMETER_FINDING}.get(entry.kind, attribution.LAYER)
+                    return attribution.Finding(kind, index, entry, attribution.error_of(entry),
+                                               attribution.noise_level([p.entry() for p in self.pairs], index), 0.0)
         return None
 
     @property
+    def first_divergence(self) -> Optional[LayerPair]:
+        """The pair the finding names."""
+        finding = self.finding
+        return None if finding is None else self.pairs[finding.index]
+
+    @property
     def ok(self) -> bool:
-        """No pair diverges and every record found its partner (a layer missing on one side is a difference too)."""
-        return self.first_divergence is None and not self.unmatched_a and not self.unmatched_b
+        """Nothing diverges and every record found its partner (a layer missing on one side is a difference too)."""
+        return self.finding is None and not self.unmatched_a and not self.unmatched_b
 
     def to_dict(self) -> dict:
-        first = self.first_divergence
+        finding = self.finding
+        first = None if finding is None else self.pairs[finding.index]
         return {"capture_a": self.capture_a, "capture_b": self.capture_b, "framework_a": self.framework_a,
                 "framework_b": self.framework_b, "step_a": self.step_a, "step_b": self.step_b,
                 "pairs": [pair.to_dict() for pair in self.pairs],
                 "first_divergence": first.to_dict() if first else None,
+                "finding": None if finding is None else {
+                    "kind": finding.kind, "name": finding.entry.name, "relative_l2_error": _json_float(finding.error),
+                    "upstream": finding.upstream, "noise_floor": finding.floor, "explanation": finding.describe()},
+                "kinds_left_out": self.kinds_left_out, "notes": self.notes,
+                "replay": None if self.replay is None else self.replay.as_dict(),
                 "unmatched_a": [r.name for r in self.unmatched_a], "unmatched_b": [r.name for r in self.unmatched_b]}
 
     def to_csv(self) -> str:
@@ -98,42 +140,66 @@ class LayerComparison:
                  f"B: {self.capture_b} ({self.framework_b}, step {self.step_b})",
                  f"{len(self.pairs)} pairs compared; {len(self.unmatched_a)} only in A, "
                  f"{len(self.unmatched_b)} only in B"]
-        table = [("order", "kind", "layer A", "layer B", "by", "verdict", "cosine", "max abs err", "max rel err")]
-        for pair in self.pairs:
+        lines += [f"note: {note}" for note in self.notes]
+        for kind, side in self.kinds_left_out.items():
+            lines.append(f"{kind} records: only {side} has them (e.g. no gradients from a GRAPH_MODE Model.train): "
+                         f"compared the rest")
+        finding = self.finding
+        table = [("order", "kind", "layer A", "layer B", "by", "verdict", "|a-b|/|b|", "cosine", "max abs err")]
+        for index, pair in enumerate(self.pairs):
             r = pair.result
+            mark = " <<" if finding is not None and index == finding.index else ""
             table.append((str(pair.record_a.order), pair.record_a.kind, pair.record_a.name, pair.record_b.name,
-                          pair.matched_by, r.verdict, _num(r.cosine, ".6f"), _num(r.max_abs_error, ".3g"),
-                          _num(r.max_rel_error, ".3g")))
+                          pair.matched_by, r.verdict + mark, _num(r.relative_l2_error, ".2e"), _num(r.cosine, ".6f"),
+                          _num(r.max_abs_error, ".3g")))
         widths = [max(len(row[col]) for row in table) for col in range(len(table[0]))]
         lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in table]
         for label, records in (("only in A", self.unmatched_a), ("only in B", self.unmatched_b)):
             if records:
                 lines.append(f"{label}: " + ", ".join(f"{r.name} {list(r.shape)}" for r in records))
-        first = self.first_divergence
-        if first is None and self.ok:
-            lines.append("no layer diverges")
-        elif first is None:
-            lines.append("no matched pair diverges, but the records listed above have no partner (a layer in one "
-                         "run only, or a capture cut short): compare the structure, or pass --mapping")
-        else:
-            lines.append(f"first divergence: {first.record_a.name} ({first.record_a.kind}, order "
-                         f"{first.record_a.order}) vs {first.record_b.name}: {first.result.verdict}: "
-                         f"{first.result.reason}")
-            lines.append(self._reading(first))
+        lines += self._headline(finding)
         return "\n".join(lines)
 
-    def _reading(self, first: LayerPair) -> str:
-        """What the first divergence says about where to look."""
-        name = first.record_a.name
-        if first.record_a.kind != FORWARD_OUTPUT:
-            return (f"every forward output agrees; {first.record_a.kind} {name} differs: look at the backward pass "
-                    f"or the update of that parameter")
-        earlier = [pair for pair in self.pairs
-                   if pair.record_a.kind == FORWARD_OUTPUT and pair.record_a.order < first.record_a.order]
-        if not earlier:
-            return f"the first recorded layer already differs: check the inputs, then {name} itself"
-        return (f"the {len(earlier)} layer output(s) before it agree: the difference starts in {name} (its "
-                f"computation, its parameters, or state such as BatchNorm running statistics)")
+    def _headline(self, finding: Optional[attribution.Finding]) -> list:
+        entries = [pair.entry() for pair in self.pairs]
+        forward = [e for e in entries if e.kind == attribution.FORWARD]
+        if finding is None:
+            level = attribution.noise_level(entries, len(entries))
+            agree = (f"every forward output agrees to {level:.1e} (|a-b|/|b|, the noise of "
+                     f"{attribution.coarser_dtype(self._dtype('a'), self._dtype('b'))} arithmetic)"
+                     if forward else "no forward output compared")
+            if self.ok:
+                return [f"no layer diverges: {agree}"]
+            return [f"no matched pair diverges ({agree}), but the records listed above have no partner (a layer in "
+                    f"one run only, or a capture cut short): compare the structure, or pass --mapping"]
+        first = self.pairs[finding.index]
+        lines = [f"first divergence: {first.record_a.name} ({first.record_a.kind}, order {first.record_a.order}) vs "
+                 f"{first.record_b.name}: {finding.kind}",
+                 f"  {finding.describe()}"]
+        inherited = self.replay is not None and self.replay.verdict == "inherited"
+        earlier = [e for e in entries[:finding.index] if e.kind == attribution.FORWARD]
+        if finding.kind == attribution.LAYER and not earlier:
+            lines.append(f"  the first recorded layer already differs: check the inputs, then {first.record_a.name}")
+        elif finding.kind == attribution.LAYER and inherited:
+            lines.append(f"  the recorded layers before it agree, but its input differs: the difference starts in "
+                         f"the code between {earlier[-1].name} and {first.record_a.name}")
+        elif finding.kind == attribution.LAYER:
+            lines.append(f"  the layers before it agree: the difference starts in {first.record_a.name} (its "
+                         f"computation, its parameters, or state such as BatchNorm running statistics)")
+        elif finding.kind == attribution.GRADIENT_FINDING:
+            lines.append("  look at the backward pass: a custom bprop, a stop_gradient, the loss reduction or scale")
+        if self.replay is not None:
+            lines.append(f"  {self.replay.describe()}")
+        return lines
+
+    def _dtype(self, side: str) -> str:
+        """The coarsest dtype side ``side`` computed in."""
+        return functools.reduce(attribution.coarser_dtype,
+                                (source_dtype(getattr(pair, f"record_{side}")) for pair in self.pairs), "float64")
+
+
+def _json_float(value: float) -> Any:
+    return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
 
 
 def _num(value: Optional[float], spec: str) -> str:
@@ -150,66 +216,53 @@ def _pick_step(capture: Capture, step: Optional[int], option: str) -> int:
     return step
 
 
-def match_records(records_a: list, records_b: list, framework_a: str, framework_b: str,
-                  mapping: Optional[Mapping[str, str]] = None) -> tuple[list, list, list]:
-    """``(pairs [(a, b, matched_by)], unmatched_a, unmatched_b)`` by mapping, then name, then order and shape."""
-    mapping = mapping or {}
-    free_b = {id(b): b for b in records_b}
-    pairs: list = []
-    by_name_b = {(b.kind, b.name): b for b in records_b}
-    by_canonical_b = {(b.kind, _key(b, framework_b)): b for b in records_b}
-    rest_a = []
-    for a in records_a:
-        b = by_name_b.get((a.kind, mapping[a.name])) if a.name in mapping else None
-        how = MATCHED_BY_MAPPING
-        if b is None and a.name not in mapping:
-            b, how = by_canonical_b.get((a.kind, _key(a, framework_a))), MATCHED_BY_NAME
-        if b is not None and id(b) in free_b:
-            del free_b[id(b)]
-            pairs.append((a, b, how))
-        else:
-            rest_a.append(a)
-    order_b = [b for b in records_b if id(b) in free_b]
-    unmatched_a = []
-    for a in rest_a:  # between the B positions of A's nearest matched neighbours
-        same_kind = [(pa.order, b.order) for pa, b, _ in pairs if pa.kind == a.kind]
-        after = max((ob for oa, ob in same_kind if oa < a.order), default=-1)
-        before = min((ob for oa, ob in same_kind if oa > a.order), default=float("inf"))
-        candidate = next((b for b in order_b if id(b) in free_b and b.kind == a.kind and b.shape == a.shape
-                          and after < b.order < before), None)
-        if candidate is None:
-            unmatched_a.append(a)
-        else:
-            del free_b[id(candidate)]
-            pairs.append((a, candidate, MATCHED_BY_ORDER))
-    pairs.sort(key=lambda pair: (pair[0].kind != FORWARD_OUTPUT, pair[0].order))
-    return pairs, unmatched_a, [b for b in records_b if id(b) in free_b]
-
-
-def _key(record: LayerRecord, framework: str) -> str:
-    return record.name if record.kind == FORWARD_OUTPUT else canonical_name(record.name, framework)
-
-
 def compare_layers(capture_a: Any, capture_b: Any, *, step_a: Optional[int] = None, step_b: Optional[int] = None,
                    mapping: Optional[Mapping[str, str]] = None, tolerance: Optional[Tolerance] = None,
-                   kinds: tuple = KINDS, warnings_diverge: bool = False) -> LayerComparison:
+                   kinds: tuple = COMPARED_KINDS, warnings_diverge: bool = False, replay: bool = False,
+                   replay_a: Any = None, replay_b: Any = None) -> LayerComparison:
     """Compare step ``step_a`` of capture A with ``step_b`` of B (default: each capture's first step).
 
     ``capture_a``/``capture_b`` are capture directories (or :class:`Capture` objects). Unreadable tensor files and
     pairs of different shape or dtype become "not comparable" rows (which count as divergence); a directory that is
     not a capture raises ``CaptureError``.
+
+    Replay (the layer the finding names): ``replay_a`` (A's model, a PyTorch module or MindSpore cell) is run on B's
+    captured inputs of that layer, or ``replay_b`` on A's; ``replay=True`` without a model compares the layer's
+    recorded inputs (captures made with ``record_inputs=True``). The verdict (own error or inherited) is
+    ``report.replay``.
     """
     cap_a = capture_a if isinstance(capture_a, Capture) else read_capture(capture_a)
     cap_b = capture_b if isinstance(capture_b, Capture) else read_capture(capture_b)
     sa = _pick_step(cap_a, step_a, "--step")
     sb = _pick_step(cap_b, step_b if step_b is not None else (step_a if step_a in cap_b.steps else None), "--step-b")
-    pairs, only_a, only_b = match_records(cap_a.step_records(sa, kinds), cap_b.step_records(sb, kinds),
-                                          cap_a.framework, cap_b.framework, mapping)
+    records_a, records_b, notes = fold_containers(cap_a.step_records(sa, kinds), cap_b.step_records(sb, kinds),
+                                                  cap_a.containers, cap_b.containers)
+    left_out = _kinds_one_side_lacks(records_a, records_b)
+    pairs, only_a, only_b = match_records([r for r in records_a if r.kind not in left_out],
+                                          [r for r in records_b if r.kind not in left_out],
+                                          cap_a.framework, cap_b.framework, mapping,
+                                          layer_types=(cap_a.layer_types, cap_b.layer_types))
     report = LayerComparison(str(cap_a.directory), str(cap_b.directory), cap_a.framework, cap_b.framework, sa, sb,
-                             unmatched_a=only_a, unmatched_b=only_b, warnings_diverge=warnings_diverge)
+                             unmatched_a=only_a, unmatched_b=only_b, warnings_diverge=warnings_diverge,
+                             kinds_left_out=left_out, notes=notes)
     for a, b, how in pairs:
         report.pairs.append(LayerPair(a, b, how, _compare_pair(cap_a, a, cap_b, b, tolerance)))
+    finding = report.finding if (replay or replay_a is not None or replay_b is not None) else None
+    if finding is not None and finding.kind in (attribution.LAYER, attribution.PRECISION):
+        from msdebug_hooks.compare.layer_replay import replay_verdict
+        report.replay = replay_verdict(report.pairs[finding.index], cap_a, cap_b, sa, sb, model_a=replay_a,
+                                       model_b=replay_b)
     return report
+
+
+def _kinds_one_side_lacks(records_a: list, records_b: list) -> dict:
+    """``{kind: "A" | "B"}`` for each kind of record only one side holds at all (the other could not record it)."""
+    kinds_a, kinds_b = {r.kind for r in records_a}, {r.kind for r in records_b}
+    out = {kind: "A" for kind in kinds_a - kinds_b}
+    out.update({kind: "B" for kind in kinds_b - kinds_a})
+    if FORWARD_OUTPUT in out:   # a capture without forward outputs is not "the rest": compare what there is
+        return {}
+    return out
 
 
 def _compare_pair(cap_a: Capture, a: LayerRecord, cap_b: Capture, b: LayerRecord, tolerance: Optional[Tolerance]):
@@ -219,4 +272,6 @@ def _compare_pair(cap_a: Capture, a: LayerRecord, cap_b: Capture, b: LayerRecord
             arrays.append(cap.load(record))
         except CaptureError as exc:
             return not_comparable(str(exc), shape_a=a.shape, shape_b=b.shape, dtype_a=a.dtype, dtype_b=b.dtype)
-    return compare_arrays(arrays[0], arrays[1], tolerance)
+    value_a, value_b, note = one_layout(arrays[0], arrays[1])   # e.g. a Conv1d weight: [o, i, 1, k] vs [o, i, k]
+    result = compare_arrays(value_a, value_b, tolerance)
+    return dataclasses.replace(result, reason=f"{result.reason}; {note}") if note else result

@@ -13,8 +13,9 @@ once; the hook's round trip into Python is the cost left (``benchmarks/layer_rec
 
 What is captured:
 
-* forward outputs of every leaf cell (and of the container cells named in ``containers``), each call of a cell used
-  twice recorded separately (``relu``, ``relu#1``); tuple outputs as ``name.0``, ``name.1``;
+* forward outputs of every leaf cell and built-in layer (``nn.LSTM`` as a whole, not its private inner cells), and
+  of the container cells named in ``containers``, each call of a cell used twice recorded separately (``relu``,
+  ``relu#1``); tuple outputs as ``name.0``, ``name.1``;
 * parameter values at the start of a captured step (``record_parameters=True``);
 * parameter gradients: in a custom loop from the gradients you pass to :meth:`record_gradients` (e.g. those
   ``value_and_grad`` returned), in any mode; under ``Model.train`` from the step's outputs when the train network
@@ -36,6 +37,7 @@ from mindspore.train import Callback
 
 from msdebug_hooks.compare.layer_capture import (PARAMETER, PARAMETER_GRADIENT, FrameworkRecorder, PathLike,
                                                  StepRecorder)
+from msdebug_hooks.compare.layer_selection import select_layers, sequential_containers
 
 _JIT_IGNORE_VARIABLE = "MS_JIT_IGNORE_MODULES"
 _PACKAGE = __name__.split(".")[0]
@@ -52,11 +54,48 @@ def _run_hooks_in_python() -> None:
         os.environ[_JIT_IGNORE_VARIABLE] = ",".join(names + [_PACKAGE])
 
 
-def _deliver(recorder_id: int, name: str, output: Any) -> int:
-    """Runs in Python for every hooked call, in both modes: hand ``output`` to the recorder if it is capturing."""
+def _make_widen():
+    """``widen(value)``: float16 tensors cast to float32 (exact), anything else as it is, tuples and lists element
+    by element; ``halves(value)``: the same nesting, True where ``widen`` cast.
+
+    Compiled into the hook: in a compiled graph on the CPU, MindSpore 2.10 cannot hand a float16 tensor to a Python
+    call ("Invalid host tensor size ... for pyexecute", the training stops), a float32 one it can. Everything they
+    use is a closure variable, as in the hook: the compiler reads their globals from ``__main__``."""
+    tensor, float16, float32 = ms.Tensor, ms.float16, ms.float32
+
+    def widen(value):
+        if isinstance(value, (tuple, list)):
+            return tuple([widen(item) for item in value])
+        if isinstance(value, tensor):
+            if value.dtype == float16:
+                return value.astype(float32)
+        return value
+
+    def halves(value):
+        if isinstance(value, (tuple, list)):
+            return tuple([halves(item) for item in value])
+        if isinstance(value, tensor):
+            return value.dtype == float16
+        return False
+
+    widen.__module__ = halves.__module__ = "__main__"  # compiled as user code, not run as Python
+    return widen, halves
+
+
+def _narrow(value: Any, halves: Any) -> Any:
+    """Undo ``widen`` (exact, see :func:`_make_widen`): the recorder writes float16 as float16."""
+    if isinstance(value, (tuple, list)) and isinstance(halves, (tuple, list)):
+        return tuple(_narrow(item, half) for item, half in zip(value, halves))
+    return value.astype(ms.float16) if halves is True and hasattr(value, "astype") else value
+
+
+def _deliver(recorder_id: int, name: str, output: Any, halves: Any = False, inputs: Any = None,
+             input_halves: Any = False) -> int:
+    """Runs in Python for every hooked call, in both modes: hand ``output`` (and ``inputs``, when the recorder
+    records them) to the recorder if it is capturing."""
     recorder = _RECORDERS.get(recorder_id)
     if recorder is not None and recorder.session.capturing:
-        recorder.record_output(name, output)
+        recorder.record_call(name, None if inputs is None else _narrow(inputs, input_halves), _narrow(output, halves))
     return 0
 
 
@@ -67,12 +106,18 @@ def _deliver_gradients(recorder_id: int, gradients: Any) -> int:
     return 0
 
 
-def _make_forward_hook(recorder_id: int, name: str):
+def _make_forward_hook(recorder_id: int, name: str, with_inputs: bool = False):
     deliver = _deliver  # a closure variable: found by the graph compiler whatever module it reads globals from
+    widen, halves = _make_widen()
 
-    def forward_hook(cell, inputs, output):
-        deliver(recorder_id, name, output)
-        return output  # returning the output keeps the call in the compiled graph's data flow
+    if with_inputs:  # a separate function: without inputs the compiled call passes nothing it does not need
+        def forward_hook(cell, inputs, output):
+            deliver(recorder_id, name, widen(output), halves(output), widen(inputs), halves(inputs))
+            return output
+    else:
+        def forward_hook(cell, inputs, output):
+            deliver(recorder_id, name, widen(output), halves(output))
+            return output  # returning the output keeps the call in the compiled graph's data flow
     # compiled by MindSpore as user code (only ``deliver`` runs as Python): the output keeps its graph type
     forward_hook.__module__ = "__main__"
     return forward_hook
@@ -97,38 +142,47 @@ class LayerRecorder(Callback, FrameworkRecorder):
             recorder.record_gradients(grads)   # optional
             optimizer(grads)
 
-    ``containers``: names of non-leaf cells whose outputs to record too. ``optimizer``: in PyNative, record the
-    gradients it receives (``Model.train`` supplies it on its own).
+    ``containers``: names of non-leaf cells whose outputs to record too. A built-in layer made of private inner
+    cells (``nn.LSTM``, ``nn.GRU``, ``nn.RNN``, ``nn.BatchNorm3d``, ``nn.MultiheadAttention``) is recorded as one
+    layer with its public output, as PyTorch records its module; ``inner_cells=True`` records its inner cells too
+    (:mod:`msdebug_hooks.compare.layer_selection`). ``optimizer``: in PyNative, record the
+    gradients it receives (``Model.train`` supplies it on its own). ``record_inputs``: record each call's tensor
+    inputs too (``name.in0``, ...), before its output. bfloat16 tensors are written as float32 (exactly), with
+    ``source_dtype`` ``bfloat16``; float16 as float16.
 
     A cell used at several places (one ``ReLU`` for every layer) runs its hook once per place in PyNative, but in a
     compiled graph MindSpore 2.10 runs it once per place *at every place*, with equal values; the recorder keeps
-    the first of consecutive equal outputs of one cell. So a cell applied twice in a row with an unchanged result
-    (``relu(relu(x))``) is recorded once.
+    the first of consecutive equal calls of one cell (inputs and outputs). So a cell applied twice in a row with an
+    unchanged result (``relu(relu(x))``) is recorded once.
     """
 
     def __init__(self, network: "ms.nn.Cell", directory: PathLike, *, steps: Optional[Iterable[int]] = None,
                  containers: Sequence[str] = (), record_parameters: bool = False,
-                 optimizer: Optional["ms.nn.Cell"] = None) -> None:
+                 optimizer: Optional["ms.nn.Cell"] = None, record_inputs: bool = False,
+                 inner_cells: bool = False) -> None:
         super().__init__()
         _run_hooks_in_python()
         self.network = network
         self.session = StepRecorder(directory, "mindspore", steps)
         self.record_parameters = record_parameters
+        self.record_inputs = record_inputs
         self._id = next(_NEXT_ID)
         _RECORDERS[self._id] = self
         self._handles: list = []
         self._parameters = list(network.trainable_params())
         self._hooked_optimizer = False
-        self._last_output: Optional[tuple] = None
+        self._last_call: Optional[tuple] = None
         cells = dict(network.cells_and_names())
         unknown = [name for name in containers if name not in cells]
         if unknown:
             raise ValueError(f"containers={list(unknown)!r} is not allowed: names of cells of the network "
                              f"(e.g. {', '.join(n for n in list(cells)[1:6])})")
-        self.layer_names = [name for name, cell in cells.items()
-                            if name and (not cell.name_cells() or name in containers)]
-        for name in self.layer_names:
-            self._handles.append(cells[name].register_forward_hook(_make_forward_hook(self._id, name)))
+        self.layer_names = select_layers(cells.items(), "mindspore", containers, inner_cells)
+        self.session.writer.layer_types.update({name: type(cell).__name__ for name, cell in cells.items() if name})
+        containers_seen = sequential_containers(cells.items(), "mindspore", self.layer_names)
+        self.session.writer.containers.update(containers_seen)
+        for name in [*self.layer_names, *containers_seen]:
+            self._handles.append(cells[name].register_forward_hook(_make_forward_hook(self._id, name, record_inputs)))
         if optimizer is not None:
             self.hook_optimizer(optimizer)
 
@@ -136,10 +190,10 @@ class LayerRecorder(Callback, FrameworkRecorder):
     def begin_step(self, step: int) -> bool:
         """Start ``step``; True when it is captured (parameters are recorded now if asked)."""
         capturing = self.session.begin_step(step)
-        self._last_output = None
+        self._last_call = None
         if capturing and self.record_parameters:
             for param in self._parameters:
-                self.session.add(param.name, PARAMETER, param.asnumpy())
+                self.add_value(param.name, PARAMETER, param)
         return capturing
 
     def end_step(self) -> None:
@@ -154,7 +208,7 @@ class LayerRecorder(Callback, FrameworkRecorder):
             raise ValueError(f"gradients: {len(gradients)} given for {len(parameters)} parameters; pass "
                              f"parameters= in the gradients' order")
         for param, grad in zip(parameters, gradients):
-            self.session.add(param.name, PARAMETER_GRADIENT, self.to_numpy(grad))
+            self.add_value(param.name, PARAMETER_GRADIENT, grad)
 
     def hook_optimizer(self, optimizer: "ms.nn.Cell") -> bool:
         """Record the gradients ``optimizer`` receives (PyNative only); False, with a warning, in GRAPH_MODE."""
@@ -172,15 +226,24 @@ class LayerRecorder(Callback, FrameworkRecorder):
         return True
 
     @staticmethod
-    def to_numpy(value: Any) -> np.ndarray:
-        return value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
+    def convert(value: Any) -> tuple[np.ndarray, str]:
+        """(numpy array, MindSpore dtype as numpy names it); bfloat16 is cast to float32 in MindSpore first."""
+        if not hasattr(value, "asnumpy"):
+            array = np.asarray(value)
+            return array, array.dtype.name
+        if value.dtype == ms.bfloat16:
+            return value.astype(ms.float32).asnumpy(), "bfloat16"
+        array = value.asnumpy()
+        return array, array.dtype.name
 
-    def add_output(self, name: str, array: np.ndarray) -> None:
-        last = self._last_output
-        if last is not None and last[0] == name and last[1].shape == array.shape and np.array_equal(last[1], array):
+    def add_call(self, name: str, entries: list) -> None:
+        last = self._last_call
+        if last is not None and last[0] == name and len(last[1]) == len(entries) and all(
+                a[0] == b[0] and a[2].shape == b[2].shape and np.array_equal(a[2], b[2])
+                for a, b in zip(last[1], entries)):
             return  # the same call seen again (see the class docstring)
-        self._last_output = (name, array)
-        super().add_output(name, array)
+        self._last_call = (name, entries)
+        super().add_call(name, entries)
 
     def remove(self) -> None:
         """Remove the hooks (the network then runs as if never recorded, after its next compile)."""
@@ -206,7 +269,7 @@ class LayerRecorder(Callback, FrameworkRecorder):
         if self.session.capturing and isinstance(outputs, (tuple, list)) and len(outputs) == 2 \
                 and isinstance(outputs[1], dict):  # TrainOneStepCell(return_grad=True): (loss, {name: gradient})
             for name, gradient in outputs[1].items():
-                self.session.add(name, PARAMETER_GRADIENT, self.to_numpy(gradient))
+                self.add_value(name, PARAMETER_GRADIENT, gradient)
         self.end_step()
 
     def on_train_end(self, run_context) -> None:

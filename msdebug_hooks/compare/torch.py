@@ -15,10 +15,14 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional, Sequence
 
+import numpy as np
+
 from msdebug_hooks.compare.layer_capture import PARAMETER, PARAMETER_GRADIENT, FrameworkRecorder, PathLike, StepRecorder
+from msdebug_hooks.compare.layer_selection import select_layers
 from msdebug_hooks.errors import MissingExtraError
 
 TORCH_EXTRA_HINT = 'PyTorch is not installed: pip install "msdebug-hooks[torch]"'
+_NUMPY_FLOATS = ("float16", "float32", "float64")
 
 
 def import_torch():
@@ -34,51 +38,63 @@ class TorchLayerRecorder(FrameworkRecorder):
     """Record the forward outputs, parameter gradients (and optionally parameters) of ``module``'s layers for the
     steps in ``steps`` (``None``: every step) into a layer-capture directory.
 
-    Leaf modules are recorded, plus the container modules named in ``containers``. A module called twice in a step
-    gives ``name`` and ``name#1``; tuple outputs ``name.0``, ``name.1``. Gradients are read from ``param.grad`` at
-    the end of a captured step (``record_gradients=False`` to skip); parameters at its start when
-    ``record_parameters`` is set.
+    Leaf modules are recorded, plus the container modules named in ``containers``; ``nn.MultiheadAttention`` is
+    recorded as one layer (its ``out_proj`` is never called; ``inner_cells=True`` hooks it anyway). A module called
+    twice in a step gives ``name`` and ``name#1``; tuple outputs ``name.0``, ``name.1``. Gradients are read from
+    ``param.grad`` at the end of a captured step (``record_gradients=False`` to skip); parameters at its start when
+    ``record_parameters`` is set; each call's tensor inputs (``name.in0``, ...) before its output when
+    ``record_inputs`` is set. bfloat16 tensors (``torch.autocast``) are written as float32, exactly, with
+    ``source_dtype`` ``bfloat16``.
     """
 
     def __init__(self, module: Any, directory: PathLike, *, steps: Optional[Iterable[int]] = None,
                  containers: Sequence[str] = (), record_gradients: bool = True,
-                 record_parameters: bool = False) -> None:
+                 record_parameters: bool = False, record_inputs: bool = False, inner_cells: bool = False) -> None:
         import_torch()
         self.module = module
         self.session = StepRecorder(directory, "pytorch", steps)
         self.record_gradients_at_end = record_gradients
         self.record_parameters = record_parameters
+        self.record_inputs = record_inputs
         modules = dict(module.named_modules())
         unknown = [name for name in containers if name not in modules]
         if unknown:
             raise ValueError(f"containers={list(unknown)!r} is not allowed: names of modules of the model "
                              f"(e.g. {', '.join(n for n in list(modules)[1:6])})")
-        self.layer_names = [name for name, sub in modules.items()
-                            if name and (not any(True for _ in sub.children()) or name in containers)]
+        self.layer_names = select_layers(modules.items(), "pytorch", containers, inner_cells)
+        self.session.writer.layer_types.update({name: type(sub).__name__ for name, sub in modules.items() if name})
         self._handles = [modules[name].register_forward_hook(self._hook_for(name)) for name in self.layer_names]
 
     def _hook_for(self, name: str):
-        def forward_hook(_module, _inputs, output):
+        def forward_hook(_module, inputs, output):
             if self.session.capturing:
-                self.record_output(name, output)
+                self.record_call(name, inputs, output)
         return forward_hook
 
     @staticmethod
-    def to_numpy(value: Any):
-        return value.detach().to("cpu").numpy() if hasattr(value, "detach") else value
+    def convert(value: Any) -> tuple[np.ndarray, str]:
+        """(numpy array, torch dtype name); floats numpy lacks (bfloat16, float8) become float32, exactly."""
+        if not hasattr(value, "detach"):
+            array = np.asarray(value)
+            return array, array.dtype.name
+        tensor = value.detach()
+        source_dtype = str(tensor.dtype).rpartition(".")[2]
+        if tensor.is_floating_point() and source_dtype not in _NUMPY_FLOATS:
+            tensor = tensor.float()
+        return tensor.to("cpu").numpy(), source_dtype
 
     def begin_step(self, step: int) -> bool:
         capturing = self.session.begin_step(step)
         if capturing and self.record_parameters:
             for name, param in self.module.named_parameters():
-                self.session.add(name, PARAMETER, self.to_numpy(param))
+                self.add_value(name, PARAMETER, param)
         return capturing
 
     def end_step(self) -> None:
         if self.session.capturing and self.record_gradients_at_end:
             for name, param in self.module.named_parameters():
                 if param.grad is not None:
-                    self.session.add(name, PARAMETER_GRADIENT, self.to_numpy(param.grad))
+                    self.add_value(name, PARAMETER_GRADIENT, param.grad)
         self.session.end_step()
 
     def remove(self) -> None:

@@ -1,0 +1,204 @@
+"""What a comparison of two dumps found: the compared tensor pairs and, per iteration and rank, the first operator
+where the runs part, with the source line behind it and whether the difference was made there or came in.
+
+The operator is found with the noise model of :mod:`msdebug_hooks.compare.attribution`, read in execution order:
+the first node whose output differs by more than the noise floor of its dtype (``|a - b| / |b|``; float32: 1e-5;
+operators of the backward pass, ``Gradients/`` scopes, the gradient floor). Then its inputs say why:
+
+* an input that differs beyond the floor comes from a weight or a graph input (through its ``Load``): the runs
+  start the step from different values of that parameter; it is named as the root, this operator as its first
+  consumer;
+* an input that differs comes from an operator that was not dumped or not matched: the difference came in through
+  it;
+* every input agrees to the floor and the output's error is more than ``JUMP`` times theirs: this operator itself
+  computes differently. An output only a few times noisier than its inputs (rounding amplified by cancellation) is
+  inherited noise, and the scan goes on.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from msdebug_hooks.compare import attribution
+from msdebug_hooks.compare.metrics import ERROR, NOT_COMPARABLE, PASS, WARNING, TensorComparison
+from msdebug_hooks.dump.index import PARAMETER, NodeInfo
+
+_LIBRARY_PARTS = ("site-packages", "dist-packages")
+_BACKWARD_SCOPE = "Gradients/"
+
+
+def user_source(info: Optional[NodeInfo]) -> str:
+    """``file:line  code`` of the innermost frame outside installed packages (the user's line), or ``""``."""
+    if info is None:
+        return ""
+    frames = [f for f in info.stack if not any(part in f.file_path for part in _LIBRARY_PARTS)]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f"{frame.file_path}:{frame.line_no}  {frame.code_line.strip()}"
+
+
+@dataclass(frozen=True)
+class TensorPair:
+    """One compared tensor: where it is in both dumps and the comparison."""
+
+    iteration: int
+    rank_a: int
+    rank_b: int
+    graph_id: int
+    order: int                # position in A's iteration: (group, execution index) flattened for sorting
+    node_a: str
+    node_b: str
+    op_type: str
+    io: str
+    slot: int
+    matched_by: str
+    comparison: TensorComparison
+    file_a: str = ""
+    file_b: str = ""
+
+    def as_row(self) -> dict[str, Any]:
+        row = {"iteration": self.iteration, "rank_a": self.rank_a, "rank_b": self.rank_b, "graph_id": self.graph_id,
+               "order": self.order, "node_a": self.node_a, "node_b": self.node_b, "op_type": self.op_type,
+               "io": self.io, "slot": self.slot, "matched_by": self.matched_by}
+        row.update(self.comparison.as_dict())
+        row["file_a"], row["file_b"] = self.file_a, self.file_b
+        return row
+
+    def error(self) -> float:
+        """Its relative L2 error as the attribution reads it (inf: not comparable or NaN/Inf disagree)."""
+        return attribution.error_of(attribution.Entry(self.node_a, attribution.FORWARD, self.comparison))
+
+    def floor(self) -> float:
+        """The noise floor of its dtype (the gradient floor in the backward pass)."""
+        c = self.comparison
+        table = attribution.GRADIENT_FLOOR if _BACKWARD_SCOPE in self.node_a else attribution.FORWARD_FLOOR
+        return table[attribution.coarser_dtype(c.dtype_a, c.dtype_b)]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first operator (in execution order) whose output parts, with its source lines and its inputs' state."""
+
+    iteration: int
+    rank_a: int
+    rank_b: int
+    node_a: str
+    node_b: str
+    op_type: str
+    outputs: tuple[TensorPair, ...]
+    source_a: str
+    source_b: str
+    #: True: an input already differed (the cause is upstream or in that input); False: inputs agreed to the noise
+    #: floor, so this operator itself computes differently; None: inputs not dumped and no producer compared
+    inputs_differed: Optional[bool]
+    differing_inputs: tuple[str, ...] = ()
+    #: "operator", or "parameter" when the first node that parts is a graph input (the data) or a weight
+    node_type: str = "operator"
+    #: the weight or graph input a differing input comes from (the root), e.g. "fc2.weight"
+    root: str = ""
+    #: the root's relative L2 error, and the largest of the outputs'
+    root_error: Optional[float] = None
+    error: Optional[float] = None
+    #: the largest error among its inputs (or their producers), when known
+    inputs_error: Optional[float] = None
+
+    @property
+    def verdict(self) -> str:
+        """The worst verdict among its outputs."""
+        verdicts = {p.comparison.verdict for p in self.outputs}
+        return next(v for v in (ERROR, WARNING, NOT_COMPARABLE, PASS) if v in verdicts)
+
+    def explanation(self) -> str:
+        if self.node_type == PARAMETER:
+            return ("it is a graph input or a weight, not an operator: the runs were fed different data or weights "
+                    "(check the data pipeline, the seeds and the checkpoint before the operators)")
+        if self.root:
+            return (f"its inputs already differed ({', '.join(self.differing_inputs)}): the runs start the step from "
+                    f"different values of {self.root} ({_percent(self.root_error)} apart, |a-b|/|b|); this is its "
+                    f"first consumer")
+        if self.inputs_differed is None:
+            return "its inputs were not dumped (input_output=2): compare the operators before it"
+        if self.inputs_differed:
+            return (f"its inputs already differed ({', '.join(self.differing_inputs)}): the difference entered "
+                    f"through them (an operator that is not dumped or not matched)")
+        return (f"its inputs agreed (to {_size(self.inputs_error)}, |a-b|/|b|) and its output differs by "
+                f"{_size(self.error)}: this operator itself computes differently")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "rank_a": self.rank_a, "rank_b": self.rank_b, "node_a": self.node_a,
+                "node_b": self.node_b, "op_type": self.op_type, "verdict": self.verdict,
+                "source_a": self.source_a, "source_b": self.source_b, "inputs_differed": self.inputs_differed,
+                "differing_inputs": list(self.differing_inputs), "node_type": self.node_type, "root": self.root,
+                "root_error": _finite(self.root_error), "relative_l2_error": _finite(self.error),
+                "inputs_error": _finite(self.inputs_error), "explanation": self.explanation(),
+                "outputs": [p.as_row() for p in self.outputs]}
+
+
+def _finite(value: Optional[float]) -> Any:
+    return value if value is None or math.isfinite(value) else str(value)
+
+
+def _size(error: Optional[float]) -> str:
+    return "?" if error is None else ("0" if error == 0 else f"{error:.1e}")
+
+
+def _percent(error: Optional[float]) -> str:
+    return "?" if error is None else f"{100 * error:.3g} %"
+
+
+def node_divergence(ia: NodeInfo, ib: NodeInfo, node_pairs: list, producer_outputs: Callable[[str], list],
+                    input_source: Callable[[NodeInfo, int], tuple[str, bool]], iteration: int, rank_a: int,
+                    rank_b: int, errors_only: bool) -> Optional[Divergence]:
+    """The divergence at this node, or None when its outputs agree to the noise (or only carry inherited noise).
+
+    ``producer_outputs(name)``: the output pairs of the node ``name`` (for inputs that were not dumped);
+    ``input_source(info, slot)``: ``(label, is_parameter)`` of the node feeding an input slot, through its Load.
+    ``errors_only`` (``diverge_at="error"``): only an output whose verdict is ``error`` or not comparable counts.
+    """
+    outputs = tuple(p for p in node_pairs if p.io == "output")
+    judged = [p for p in outputs if p.comparison.comparable]   # an unreadable file is "could not look", not a part
+    if not judged:
+        return None
+    error = max(p.error() for p in judged)
+    if errors_only:
+        if not any(p.comparison.verdict == ERROR for p in judged):
+            return None
+    elif not any(p.error() > p.floor() for p in judged):
+        return None
+    make = _maker(ia, ib, outputs, iteration, rank_a, rank_b, error)
+    if ia.node_type == PARAMETER:
+        return make(None)
+    inputs = [p for p in node_pairs if p.io == "input" and p.comparison.comparable]
+    if inputs:
+        differing = [p for p in inputs if p.error() > p.floor()]
+        labels = [(p, *input_source(ia, p.slot)) for p in differing]
+        inputs_error = max(p.error() for p in inputs)
+        roots = [(p, label) for p, label, is_parameter in labels if is_parameter]
+        if roots:
+            pair, label = roots[0]
+            return make(True, [f"input {p.slot}{label}" for p, label, _ in labels], root=label.strip(" ()"),
+                        root_error=pair.error(), inputs_error=inputs_error)
+        if labels:
+            return make(True, [f"input {p.slot}{label}" for p, label, _ in labels], inputs_error=inputs_error)
+    else:   # inputs not dumped: look at the producers' outputs
+        seen = [p for name in ia.inputs for p in producer_outputs(name) if p.comparison.comparable]
+        if not seen:
+            return make(None)
+        inputs_error = max(p.error() for p in seen)
+        differing = [p.node_a for p in seen if p.error() > p.floor()]
+        if differing:
+            return make(True, differing, inputs_error=inputs_error)
+    if not errors_only and error <= attribution.JUMP * inputs_error:
+        return None   # rounding noise amplified a few times: inherited, not made here
+    return make(False, inputs_error=inputs_error)
+
+
+def _maker(ia: NodeInfo, ib: NodeInfo, outputs: tuple, iteration: int, rank_a: int, rank_b: int, error: float):
+    def make(differed: Optional[bool], differing: list = (), root: str = "", root_error: Optional[float] = None,
+             inputs_error: Optional[float] = None) -> Divergence:
+        return Divergence(iteration, rank_a, rank_b, ia.name, ib.name, ia.op_type, outputs, user_source(ia),
+                          user_source(ib), differed, tuple(differing), ia.node_type, root, root_error, error,
+                          inputs_error)
+    return make
