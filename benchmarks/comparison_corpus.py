@@ -2,7 +2,8 @@
 table (case -> expected -> reported -> match) into ``docs/precision-comparison.md``.
 
 The corpus (``tests/corpus/``) holds noise-only pairs that must read clean and port bugs planted in real
-architectures (a ResNet-style CNN, a transformer encoder) written in PyTorch and MindSpore; the same run is what
+architectures (a ResNet-style CNN, a transformer encoder, a Conv1d + LSTM audio net) written in PyTorch and
+MindSpore, with the replay verdict (own error or inherited) of each named layer; the same run is what
 ``tests/test_comparison_corpus.py`` asserts case by case. This script writes the table between the markers
 ``<!-- corpus-table:start -->`` and ``<!-- corpus-table:end -->`` (appending a section "The corpus" when they are
 absent), prints it with the time the corpus took (wall clock and the CPU time of its processes), and with
@@ -31,20 +32,34 @@ from corpus.runner import generate  # noqa: E402
 
 DOC = ROOT / "docs" / "precision-comparison.md"
 START, END = "<!-- corpus-table:start -->", "<!-- corpus-table:end -->"
-ERROR_CASES = ("cnn_port", "transformer_port", "cnn_float64", "transformer_float64", "cnn_batchnorm_eps",
-               "transformer_layernorm_eps", "transformer_gelu_tanh", "cnn_bfloat16", "transformer_bfloat16")
+ERROR_CASES = ("cnn_port", "transformer_port", "audio_port", "cnn_float64", "transformer_float64", "audio_float64",
+               "cnn_batchnorm_eps", "transformer_layernorm_eps", "transformer_gelu_tanh", "audio_wrong_activation",
+               "cnn_bfloat16", "transformer_bfloat16")
 SECTION = f"""
 ## The corpus
 
 `tests/corpus/` holds the cases every attribution rule is judged on, so that no threshold is tuned to one case:
-two real architectures written in PyTorch and in MindSpore (a ResNet-style CNN with BatchNorm and residual blocks; a
-transformer encoder with attention built from q/k/v/o projections, an `nn.Softmax` cell, LayerNorm and a GELU
-feed-forward), deterministic data, PyTorch's initial weights converted with `convert_torch_state`. Noise-only pairs
-(a correct port, float32 against float64, one thread against two, PyNative against GRAPH_MODE, a port whose attribute
-names differ) must read clean; each planted bug must be named at the right layer by compare-layers, at the right step
-by compare-loss and, for weight mistakes, at the right parameters by compare-weights, all at their default options.
-A is the run under test, B the reference; the cases and what each must answer are in `tests/corpus/cases.py`.
-`benchmarks/comparison_corpus.py` regenerates this table; `tests/test_comparison_corpus.py` asserts every row.
+three real architectures written in PyTorch and in MindSpore (a ResNet-style CNN with BatchNorm and residual blocks;
+a transformer encoder with attention built from q/k/v/o projections, an `nn.Softmax` cell, LayerNorm and a GELU
+feed-forward; an audio/sequence net with a Conv1d + BatchNorm1d front end, a bidirectional LSTM with `batch_first`
+whose sequence length equals the batch size, and a Dense head), deterministic data, PyTorch's initial weights
+converted with `convert_torch_state`. Noise-only pairs (a correct port, float32 against float64, one thread against
+two, PyNative against GRAPH_MODE, a port whose attribute names differ) must read clean; each planted bug must be
+named at the right layer by compare-layers, at the right step by compare-loss and, for weight mistakes, at the right
+parameters by compare-weights, all at their default options. A is the run under test, B the reference; the cases
+and what each must answer are in `tests/corpus/cases.py`.
+
+The **replay** columns say, for the layer compare-layers names, whether the difference is the layer's **own** or
+**inherited** from its input, as the case's plant implies: a bug inside a layer (an epsilon, an activation, a
+weight, a padding) is its own; the attention case scales the scores in code before the softmax cell, so the
+softmax's difference is inherited. Every side records its layers' inputs (`record_inputs=True`), and the first
+verdict is `compare_layers(A, B, replay=True)` comparing the named layer's recorded inputs ("inputs": their
+`|a-b|/|b|`, "output": the layer's). Where A is a MindSpore port and B PyTorch, the port's layer is also run for real
+on PyTorch's captured inputs (`compare_layers(A, B, replay_a=port)`, in the MindSpore process once the PyTorch
+capture exists, with the weights the port held at the captured pass): "replayed" gives its verdict and its error
+against PyTorch's output on the same inputs -- about the observed error for an own error, float32 noise for an
+inherited one. `benchmarks/comparison_corpus.py` regenerates this table; `tests/test_comparison_corpus.py` asserts
+every row.
 
 {START}
 {END}
@@ -82,14 +97,16 @@ def main(argv=None) -> int:
     root = args.root or Path(tempfile.mkdtemp(prefix="comparison_corpus_"))
     try:
         generated = generate(root, cases)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         rows = [report(generated["cases"][case.name]) for case in cases]
-        report_s = time.perf_counter() - started
+        report_s, report_cpu = time.perf_counter() - started, time.process_time() - cpu_started
         failed = [f"{key}: {status.get('error')}" for key, status in generated["sides"].items()
                   if status.get("status") != "ok"]
+        per_process = ", ".join(f"{name} {cpu:.0f} s" for name, cpu in generated["process_cpu_s"].items())
         timing = (f"Generated in {generated['wall_s']:.0f} s wall clock ({generated['cpu_s']:.0f} s CPU in its "
-                  f"processes), reported in {report_s:.1f} s; {os.cpu_count()} cores, load average "
-                  f"{os.getloadavg()[0]:.1f}, {platform.machine()}, {time.strftime('%Y-%m-%d')}.")
+                  f"processes: {per_process}), reported in {report_s:.1f} s ({report_cpu:.1f} s CPU); "
+                  f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, {platform.machine()}, "
+                  f"{time.strftime('%Y-%m-%d')}.")
         block = "\n".join([table(rows), "", f"{summary(rows)}. {timing}"]
                           + ([""] + [f"Side failed: {line}" for line in failed] if failed else []))
         print(block)

@@ -44,7 +44,10 @@ class ReplayVerdict:
         if self.verdict == "unknown":
             return f"replay of {self.layer}: {self.note}"
         size = _size
-        if self.own_error is not None:
+        if self.own_error is not None and not math.isfinite(self.own_error):
+            reading = (f"own error: on the same inputs its output still does not match (another shape, or NaN/Inf): "
+                       f"{self.layer} itself computes differently")
+        elif self.own_error is not None:
             reading = ("own error: on the same inputs it still differs by "
                        f"{size(self.own_error)} (observed {size(self.observed_error)}): {self.layer} itself computes "
                        "differently" if self.verdict == OWN else
@@ -59,8 +62,10 @@ class ReplayVerdict:
         return f"replay ({self.how}): {reading}"
 
     def as_dict(self) -> dict:
-        return {"layer": self.layer, "verdict": self.verdict, "how": self.how, "own_error": self.own_error,
-                "input_error": self.input_error, "observed_error": _finite(self.observed_error),
+        return {"layer": self.layer, "verdict": self.verdict, "how": self.how,
+                "own_error": None if self.own_error is None else _finite(self.own_error),
+                "input_error": None if self.input_error is None else _finite(self.input_error),
+                "observed_error": _finite(self.observed_error),
                 "floor": self.floor, "note": self.note}
 
 
@@ -107,7 +112,10 @@ def replay_verdict(pair: Any, capture_a: Capture, capture_b: Capture, step_a: in
         own = compare_arrays(outputs[index], reference)
         own_error = attribution.error_of(attribution.Entry(name, attribution.FORWARD, own, entry.dtype_a,
                                                            entry.dtype_b))
-        verdict = OWN if own_error > floor and own_error * attribution.JUMP > observed else INHERITED
+        # own when, on the same inputs, it still differs beyond the floor by about as much (an output of another
+        # shape or with NaN/Inf, inf on both counts, is its own doing)
+        verdict = OWN if own_error > floor and (not math.isfinite(own_error)
+                                                or own_error * attribution.JUMP > observed) else INHERITED
         return ReplayVerdict(name_a, verdict, how, own_error, input_error, observed, floor)
     if input_error is None:
         return _replace_note(unknown, "no model to replay (compare_layers(..., replay_a=model)) and the captures "

@@ -8,6 +8,7 @@ from types import ModuleType
 ARCHITECTURES = {
     "cnn": "corpus.cnn",
     "transformer": "corpus.transformer",
+    "audio": "corpus.audio",
 }
 
 

@@ -10,7 +10,12 @@ A is the run under test, B the reference (as the tools take them). What a case e
 * ``loss_step``: the step compare-loss must name as the first that parts (1 for every forward bug: step 1 runs the
   same weights on the same batch), ``None`` when the series agree;
 * ``weights``: the reference's parameter names compare-weights must report (the initial weights of both sides),
-  ``()`` when every weight matches.
+  ``()`` when every weight matches;
+* ``replay``: for a named layer, whether its difference is its ``"own"`` (the layer computes differently: its
+  inputs agree) or ``"inherited"`` (its input already differed: the bug runs in code between two recorded layers),
+  as ``compare_layers(A, B, replay=True)`` must say from the recorded inputs and, where A is a PyNative port and B a
+  PyTorch side, as the real replay of the port's layer on PyTorch's inputs must say (``replayed`` in the case's
+  JSON). It follows from where the bug is planted, like ``layer``.
 
 Every side trains ``STEPS`` steps of plain SGD (lr ``LR``) on the architecture's deterministic batches, from the
 same initial weights (PyTorch's, drawn once per architecture, converted for MindSpore through
@@ -23,6 +28,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
+
+from corpus.audio import LSTM_TENSORS as AUDIO_LSTM_TENSORS
 
 STEPS = 3
 BATCH = 8
@@ -76,10 +83,11 @@ class Expect:
     kind: Optional[str] = None
     loss_step: Optional[int] = None
     weights: tuple = ()
+    replay: Optional[str] = None   # "own" | "inherited" for the named layer; None when no layer is named
 
     def to_dict(self) -> dict:
         return {"layer": self.layer, "kind": self.kind, "loss_step": self.loss_step,
-                "weights": sorted(self.weights)}
+                "weights": sorted(self.weights), "replay": self.replay}
 
 
 CLEAN = Expect()
@@ -93,16 +101,25 @@ class Case:
     planted: str
     expect: Expect = field(default=CLEAN)
 
+    @property
+    def replays_port(self) -> bool:
+        """Whether the corpus replays A's layer for real: A is a PyNative port, B a PyTorch side."""
+        return self.a.framework == "mindspore" and self.a.mode == "pynative" and self.b.framework == "pytorch"
+
     def to_dict(self) -> dict:
+        expect = self.expect.to_dict()
+        expect["replayed"] = self.expect.replay if self.replays_port else None
         return {"name": self.name, "a": self.a.to_dict(), "b": self.b.to_dict(), "planted": self.planted,
-                "expect": self.expect.to_dict()}
+                "expect": expect}
 
 
-def _forward_bug(layer: str, weights: tuple = ()) -> Expect:
-    return Expect(layer=layer, kind="layer", loss_step=1, weights=weights)
+def _forward_bug(layer: str, weights: tuple = (), replay: str = "own") -> Expect:
+    return Expect(layer=layer, kind="layer", loss_step=1, weights=weights, replay=replay)
 
 
-CNN, TF = "cnn", "transformer"
+CNN, TF, AU = "cnn", "transformer", "audio"
+#: a hand-written LSTM converter that reorders PyTorch's gates i, f, g, o into Ascend's i, g, f, o on every tensor
+ASCEND_GATE_ORDER = {"names": list(AUDIO_LSTM_TENSORS), "order": [0, 2, 1, 3]}
 
 CASES = (
     # ---- noise only: must read clean ---------------------------------------------------------------------------
@@ -132,19 +149,19 @@ CASES = (
          "same shape, shifted window", _forward_bug("layer2.0.conv1")),
     Case("cnn_bfloat16", torch_side(CNN, dtype="bfloat16"), torch_side(CNN),
          "reduced precision: PyTorch bfloat16 autocast against float32",
-         Expect(layer="conv1", kind="precision", loss_step=1)),
+         Expect(layer="conv1", kind="precision", loss_step=1, replay="own")),
     Case("transformer_layernorm_eps", port(TF, {"eps": {"blocks.1.norm1": 1e-3}}), torch_side(TF),
          "LayerNorm epsilon 1e-3 instead of 1e-5 in blocks.1.norm1", _forward_bug("blocks.1.norm1")),
     Case("transformer_gelu_tanh", port(TF, {"activation": {"blocks.1.ffn.act": "gelu_tanh"}}), torch_side(TF),
          "tanh-approximated GELU (MindSpore's default) instead of erf GELU in blocks.1.ffn.act",
          # the layer errs by 2e-4 but the step-1 loss moves by 8e-7, inside float32 forward noise (up to 5e-7 on
          # correct ports): one number cannot resolve it; compare-layers must
-         Expect(layer="blocks.1.ffn.act", kind="layer", loss_step=None)),
+         Expect(layer="blocks.1.ffn.act", kind="layer", loss_step=None, replay="own")),
     Case("transformer_wrong_activation", port(TF, {"activation": {"blocks.0.ffn.act": "relu"}}), torch_side(TF),
          "ReLU instead of GELU in blocks.0.ffn.act", _forward_bug("blocks.0.ffn.act")),
     Case("transformer_attention_scale", port(TF, {"attention_scale": "1/d"}), torch_side(TF),
          "attention scores scaled by 1/d instead of 1/sqrt(d), in code before the softmax cell (every block)",
-         _forward_bug("blocks.0.attn.softmax")),
+         _forward_bug("blocks.0.attn.softmax", replay="inherited")),
     Case("transformer_transposed_weight", port(TF, {"transpose": ["blocks.1.attn.o_proj.weight"]}), torch_side(TF),
          "square weight blocks.1.attn.o_proj.weight loaded transposed",
          _forward_bug("blocks.1.attn.o_proj", ("blocks.1.attn.o_proj.weight",))),
@@ -156,7 +173,24 @@ CASES = (
          "dropout left active (p=0.1) in the port; the reference runs with p=0", _forward_bug("blocks.0.attn.dropout")),
     Case("transformer_bfloat16", torch_side(TF, dtype="bfloat16"), torch_side(TF),
          "reduced precision: PyTorch bfloat16 autocast against float32 (embeddings and LayerNorm stay float32)",
-         Expect(layer="blocks.0.attn.q_proj", kind="precision", loss_step=1)),
+         Expect(layer="blocks.0.attn.q_proj", kind="precision", loss_step=1, replay="own")),
+    # ---- the audio/sequence net: Conv1d + BatchNorm1d front end, bidirectional LSTM (T = batch size) ----------
+    Case("audio_port", port(AU), torch_side(AU),
+         "nothing: a correct port (Conv1d, BatchNorm1d, bidirectional LSTM with T = B) against its reference"),
+    Case("audio_float64", torch_side(AU), torch_side(AU, dtype="float64"),
+         "nothing: PyTorch float32 against float64 of the same weights"),
+    Case("audio_lstm_gate_order", port(AU, {"gates": ASCEND_GATE_ORDER}), torch_side(AU),
+         "LSTM converted by hand with the gates reordered i, f, g, o -> i, g, f, o (Ascend's kernel order) in all "
+         "8 LSTM tensors", _forward_bug("lstm.0", tuple(AUDIO_LSTM_TENSORS))),
+    Case("audio_conv_stride2_same", port(AU, {"pad_mode": {"conv2": "same"}}), torch_side(AU),
+         "stride-2 Conv1d ported as pad_mode='same' (pads right only) where PyTorch pads 1 on both ends: same "
+         "length, shifted window", _forward_bug("conv2")),
+    Case("audio_batchnorm1d_momentum", port(AU, {"bn_momentum": 0.1}, observe="eval"),
+         torch_side(AU, observe="eval"),
+         "BatchNorm1d momentum copied as 0.1 (MindSpore's is 1 - PyTorch's), seen in the eval pass after step 1",
+         _forward_bug("bn1")),
+    Case("audio_wrong_activation", port(AU, {"activation": {"relu1": "leaky_relu"}}), torch_side(AU),
+         "LeakyReLU(0.01) instead of ReLU after the first BatchNorm1d", _forward_bug("relu1")),
 )
 
 CASES_BY_NAME = {case.name: case for case in CASES}

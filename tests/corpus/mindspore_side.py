@@ -7,7 +7,9 @@ conversion mapping its renames imply) and ``load_param_into_net``, saves them as
 plain SGD on the same batches as the PyTorch side:
 
 * ``pynative``: a custom loop, ``value_and_grad`` and ``LayerRecorder.record_gradients`` (forward outputs and
-  parameter gradients of step 1; an ``observe="eval"`` side captures the eval pass after step 1 instead);
+  parameter gradients of step 1; an ``observe="eval"`` side captures the eval pass after step 1 instead), with each
+  layer's inputs (``record_inputs=True``); the weights of the captured pass are saved as ``capture.ckpt``, and
+  after its sides this process runs the plan's replays (``corpus.port_replay``);
 * ``graph``: ``Model(net, loss, optimizer).train`` with ``LayerRecorder`` and ``LossRecorder`` as callbacks, as a
   user trains by default (the recorder then captures no gradients: MindSpore cannot compile a hook on the
   optimizer).
@@ -22,6 +24,10 @@ from pathlib import Path
 
 from corpus.architectures import architecture, first_line
 from corpus.plants import PortPlants, plant_weights, reference_name
+from corpus.port_replay import CAPTURE_WEIGHTS, run_replay
+
+#: how long the replays wait, together, for the PyTorch sides they compare with
+REPLAY_WAIT_S = 600
 
 
 def _load_port(side: dict, initial: str, out: Path):
@@ -35,12 +41,12 @@ def _load_port(side: dict, initial: str, out: Path):
     plants = PortPlants(side["plants"])
     net = arch.build_mindspore(plants)
     plants.check_all_read()
-    names = [param.name for param in net.get_parameters()]
+    shapes = {param.name: tuple(param.shape) for param in net.get_parameters()}  # Conv1d: [o, i, 1, k]
     state = plant_weights(load_state_dict(initial), side["plants"])
     mapping = None
     if side["plants"].get("renamed"):  # the conversion of a renamed port: reference name -> port name
-        mapping = {reference_name(canonical_name(name, MINDSPORE), arch.RENAMES): name for name in names}
-    weights = convert_torch_state(state, names, mapping)
+        mapping = {reference_name(canonical_name(name, MINDSPORE), arch.RENAMES): name for name in shapes}
+    weights = convert_torch_state(state, shapes, mapping)
     ms.load_param_into_net(net, {name: ms.Parameter(ms.Tensor(value), name=name) for name, value in weights.items()},
                            strict_load=True)
     ms.save_checkpoint(net, str(out / "initial.ckpt"))
@@ -55,7 +61,7 @@ def _train_pynative(side: dict, out: Path, plan: dict) -> None:
     from msdebug_hooks.compare.mindspore_layers import LayerRecorder
 
     arch, net = _load_port(side, plan["initial"][side["arch"]], out)
-    recorder = LayerRecorder(net, out / "capture", steps=[plan["capture_step"]])
+    recorder = LayerRecorder(net, out / "capture", steps=[plan["capture_step"]], record_inputs=True)
     loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     optimizer = nn.SGD(net.trainable_params(), learning_rate=plan["lr"])
     grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, optimizer.parameters)
@@ -68,9 +74,13 @@ def _train_pynative(side: dict, out: Path, plan: dict) -> None:
                 loss, grads = grad_fn(*arch.mindspore_batch(x, y))
                 optimizer(grads)
                 net.set_train(False)
+                if step == plan["capture_step"]:
+                    ms.save_checkpoint(net, str(out / CAPTURE_WEIGHTS))
                 with recorder.step(step):
                     losses.write(step, float(loss_fn(net(x_eval), y_eval).asnumpy()))
                 continue
+            if step == plan["capture_step"]:
+                ms.save_checkpoint(net, str(out / CAPTURE_WEIGHTS))
             with recorder.step(step):
                 loss, grads = grad_fn(*arch.mindspore_batch(x, y))
                 recorder.record_gradients(grads, optimizer.parameters)
@@ -127,6 +137,11 @@ def main(argv: list) -> int:
         if entry["side"]["framework"] == "mindspore" and entry["side"]["mode"] == mode:
             status = run_side(entry, plan, mode)
             print(f"{entry['key']}: {status['status']} ({status['seconds']} s)", flush=True)
+    if mode == "pynative":  # the PyTorch sides run beside this process: each replay waits for its reference
+        deadline = time.monotonic() + REPLAY_WAIT_S
+        for entry in plan.get("replays", ()):
+            result = run_replay(entry, Path(plan["pytorch_done"]), deadline)
+            print(f"replay {entry['case']}: {result['status']} ({result['seconds']} s)", flush=True)
     return 0
 
 

@@ -7,7 +7,10 @@ Two kinds of plants:
   ``attention_scale``, ``dropout``, ``renamed``). Every per-layer override must be read by the builder, so a typo in
   a case's layer name fails the run instead of silently making a "bug" case clean.
 * **weight plants**, applied to the PyTorch state before it is converted (a converter's mistake): ``transpose``
-  (names whose value is loaded transposed) and ``swap`` (pairs of names whose values are exchanged).
+  (names whose value is loaded transposed), ``swap`` (pairs of names whose values are exchanged) and ``gates``
+  (``{"names": [...], "order": [0, 2, 1, 3]}``: the gate blocks stacked along axis 0 of each named recurrent tensor
+  put in another order, as a hand-written converter does that reorders PyTorch's LSTM gates i, f, g, o into i, g, f,
+  o -- the order of MindSpore's Ascend kernel, which its CPU/GPU kernels and checkpoints do not use).
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import numpy as np
 
 LAYER_OPTIONS = ("eps", "activation", "pad_mode")
 NET_OPTIONS = ("bn_momentum", "attention_scale", "dropout", "renamed")
-WEIGHT_PLANTS = ("transpose", "swap")
+WEIGHT_PLANTS = ("transpose", "swap", "gates")
 KNOWN = LAYER_OPTIONS + NET_OPTIONS + WEIGHT_PLANTS
 
 
@@ -63,7 +66,19 @@ def plant_weights(state: Mapping[str, np.ndarray], plants: Mapping[str, Any]) ->
         if planted[first].shape != planted[second].shape:
             raise ValueError(f"swap: {first} and {second} differ in shape")
         planted[first], planted[second] = planted[second], planted[first]
+    gates = plants.get("gates") or {}
+    for name in gates.get("names", ()):
+        planted[name] = reorder_blocks(planted[name], gates["order"])
     return planted
+
+
+def reorder_blocks(value: np.ndarray, order: list) -> np.ndarray:
+    """``value`` with its ``len(order)`` equal blocks along axis 0 put in ``order`` (block ``i`` of the result is
+    block ``order[i]`` of ``value``)."""
+    if value.shape[0] % len(order) or sorted(order) != list(range(len(order))):
+        raise ValueError(f"gates: order {order} is not a permutation of the {len(order)} blocks of {list(value.shape)}")
+    blocks = np.split(value, len(order), axis=0)
+    return np.ascontiguousarray(np.concatenate([blocks[index] for index in order], axis=0))
 
 
 def renamed(name: str, renames: tuple) -> str:

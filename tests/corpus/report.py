@@ -1,14 +1,18 @@
 """What the tools answer on one case, through the public comparison API with its default options only, and the
 confusion table of the whole corpus.
 
-``report(case_dir)`` returns the four answers a case expects (see ``corpus.cases``), under the same keys:
+``report(case_dir)`` returns the answers a case expects (see ``corpus.cases``), under the same keys:
 
 * ``layer``: ``compare_layers(A, B).first_divergence.record_a.name``; ``None`` when nothing diverges and the
   comparison is ``ok``; ``"not ok: ..."`` when nothing diverges but records found no partner;
 * ``kind``: ``compare_layers(A, B).finding.kind`` (``None`` where the comparison has no ``finding``);
 * ``loss_step``: ``compare_losses(read_losses(A), read_losses(B)).first_parted.step`` or ``None``;
 * ``weights``: every parameter ``compare_weights(B weights, A weights).problems`` names (``name_a`` and
-  ``name_b``, in PyTorch's spelling through ``canonical_name``: a swap names both tensors in one problem).
+  ``name_b``, in PyTorch's spelling through ``canonical_name``: a swap names both tensors in one problem);
+* ``replay``: where a layer is named, ``compare_layers(A, B, replay=True).replay.verdict`` (the layer's recorded
+  inputs compared: ``own`` or ``inherited``), else ``None``;
+* ``replayed``: the verdict of the real replay the corpus ran (``replay_a.json`` in the case directory, written by
+  ``corpus.port_replay``: the port's layer run on PyTorch's inputs), ``None`` where none ran or nothing was named.
 
 A tool that raises gives ``"error: ..."`` for its answer, so it never reads as clean. ``details`` holds what a
 reader of the table wants besides (step-1 loss error, weight problem kinds, side failures).
@@ -21,8 +25,11 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from corpus.architectures import first_line
+from corpus.port_replay import REPLAY_FILE
 
 KEYS = ("layer", "kind", "loss_step", "weights")
+#: own error or inherited, for the named layer: from the recorded inputs, and from the real replay (ports only)
+REPLAY_KEYS = ("replay", "replayed")
 
 
 def _load_case(case_dir: Path) -> dict:
@@ -71,7 +78,8 @@ def report(case_dir: Path) -> dict:
         if first is not None:
             details["layer verdict"] = f"{first.result.verdict}: {first.result.reason}"
     except Exception as exc:  # noqa: BLE001 - any failure is the tool's answer, never a clean one
-        reported["layer"], reported["kind"] = _error(exc), None
+        reported["layer"], reported["kind"], first = _error(exc), None, None
+    reported["replay"], reported["replayed"] = _replays(case_dir, a, b, first is not None, details)
     try:
         losses = compare_losses(read_losses(a / "loss"), read_losses(b / "loss"))
         parted = losses.first_parted
@@ -90,7 +98,47 @@ def report(case_dir: Path) -> dict:
         reported["weights"] = _error(exc)
     expect = case["expect"]
     return {"name": case["name"], "planted": case["planted"], "expect": expect, "reported": reported,
-            "match": {key: expect[key] == reported[key] for key in KEYS}, "details": details}
+            "match": {key: expect[key] == reported[key] for key in KEYS + REPLAY_KEYS}, "details": details}
+
+
+def _replays(case_dir: Path, a: Path, b: Path, named: bool, details: dict) -> tuple:
+    """``(verdict from the recorded inputs, verdict of the real replay)`` for the layer compare-layers names; each
+    ``None`` where there is nothing to replay (no layer named; no real replay for this pair of sides), ``"error:
+    ..."`` where it failed. The numbers go to ``details["replay"]`` (``input``, ``observed``, ``own`` errors)."""
+    from msdebug_hooks.compare import compare_layers
+
+    inputs = replayed = None
+    numbers: dict = {}
+    if named:
+        try:
+            verdict = compare_layers(a / "capture", b / "capture", replay=True).replay
+            inputs = verdict.verdict if verdict is not None else "error: no replay verdict"
+            if verdict is not None:
+                numbers.update(input=verdict.input_error, observed=verdict.observed_error)
+                details["replay (inputs)"] = verdict.describe()
+        except Exception as exc:  # noqa: BLE001
+            inputs = _error(exc)
+    replay_file = Path(case_dir) / REPLAY_FILE
+    if replay_file.exists():
+        result = json.loads(replay_file.read_text())
+        if result.get("status") != "ok":
+            replayed = f"error: {result.get('error')}"
+        elif result.get("replay") is not None:
+            replayed = result["replay"]["verdict"]
+            numbers["own"] = result["replay"]["own_error"]
+            details["replay (port on PyTorch's inputs)"] = (f"{replayed}: {result['replay']['how']}, "
+                                                           f"{_size(result['replay']['own_error'])}")
+    if numbers:
+        details["replay"] = numbers
+    return inputs, replayed
+
+
+def _size(value: Any) -> str:
+    if value is None:
+        return "?"
+    if isinstance(value, str):  # "inf" from as_dict()
+        return value
+    return "0" if value == 0 else f"{value:.1e}"
 
 
 def _cell(value: Any) -> str:
@@ -111,18 +159,39 @@ def _layer_cell(answers: dict) -> str:
     return f"{_cell(answers['layer'])} ({answers['kind'] or 'no kind'})"
 
 
+def _replay_expected(expect: dict) -> str:
+    if expect["replay"] is None:
+        return "-"
+    return f"`{expect['replay']}`" + (" (both)" if expect["replayed"] is not None else "")
+
+
+def _replay_reported(row: dict) -> str:
+    """``own`` / ``inherited`` from the inputs with their error against the output's, then the real replay's."""
+    got, numbers = row["reported"], row["details"].get("replay", {})
+    if got["replay"] is None and got["replayed"] is None:
+        return "-"
+    parts = [_cell(got["replay"])]
+    if "input" in numbers:
+        parts[0] += f": inputs {_size(numbers['input'])}, output {_size(numbers['observed'])}"
+    if got["replayed"] is not None:
+        own = f" {_size(numbers['own'])}" if "own" in numbers else ""
+        parts.append(f"replayed {_cell(got['replayed'])}{own}")
+    return "; ".join(parts)
+
+
 def table(rows: Iterable[dict]) -> str:
-    """The confusion table (markdown): case -> expected -> reported -> match, per tool."""
+    """The confusion table (markdown): case -> expected -> reported -> match, per tool, and the replay verdict of
+    the named layer (from the recorded inputs; ``replayed``: the port's layer run on PyTorch's inputs)."""
     lines = ["| case | planted | compare-layers: expected | reported | compare-loss: expected | reported | "
-             "compare-weights: expected | reported | match |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "compare-weights: expected | reported | replay: expected | reported | match |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         expect, got, match = row["expect"], row["reported"], row["match"]
-        missed = [key for key in KEYS if not match[key]]
+        missed = [key for key in KEYS + REPLAY_KEYS if not match[key]]
         lines.append(" | ".join([
             f"| {row['name']}", row["planted"].replace("|", "/"), _layer_cell(expect), _layer_cell(got),
             _step_cell(expect["loss_step"]), _step_cell(got["loss_step"]),
-            _cell(expect["weights"]), _cell(got["weights"]),
+            _cell(expect["weights"]), _cell(got["weights"]), _replay_expected(expect), _replay_reported(row),
             "yes" if not missed else "**no**: " + ", ".join(missed)]) + " |")
     return "\n".join(lines)
 
@@ -134,11 +203,14 @@ def _step_cell(value: Any) -> str:
 
 
 def summary(rows: list) -> str:
-    """One line: how many cases and answers match."""
+    """One line: how many cases and tool answers match, and how many replay verdicts (of those there are)."""
     answers = sum(len(KEYS) for _ in rows)
-    right = sum(sum(row["match"].values()) for row in rows)
+    right = sum(sum(row["match"][key] for key in KEYS) for row in rows)
     cases = sum(all(row["match"].values()) for row in rows)
-    return f"{cases} of {len(rows)} cases fully right; {right} of {answers} answers right"
+    verdicts = [row["match"][key] for row in rows for key in REPLAY_KEYS
+                if row["expect"][key] is not None or row["reported"][key] is not None]
+    return (f"{cases} of {len(rows)} cases fully right; {right} of {answers} tool answers right; "
+            f"{sum(verdicts)} of {len(verdicts)} replay verdicts right")
 
 
 def normwise_error(a: Any, b: Any) -> Optional[float]:

@@ -1,11 +1,11 @@
 """The PyTorch sides of the corpus, all in one process: ``python -m corpus.torch_side PLAN.json``.
 
 First the initial weights of every architecture the plan names (``torch.manual_seed(0)``), written to
-``plan["initial"][arch]`` (the MindSpore sides convert them), then each PyTorch side of the plan. A side writes into
-its directory ``capture/`` (step 1), ``loss/loss_rank_0.jsonl``, ``initial.pth`` (its weights at the start, in its
-dtype) and ``side.json`` (status, errors, seconds). When capturing fails (e.g. a dtype the recorder cannot write),
-the side is trained again without the recorder so its losses and weights still exist, and ``side.json`` keeps the
-capture error.
+``plan["initial"][arch]`` (the MindSpore sides convert them), then each PyTorch side of the plan. A side writes into its
+directory ``capture/`` (step 1, with each layer's inputs), ``loss/loss_rank_0.jsonl``, ``initial.pth`` (its weights at
+the start, in its dtype) and ``side.json`` (status, errors, seconds). When capturing fails (e.g. a dtype the recorder
+cannot write), the side is trained again without the recorder so its losses and weights still exist, and ``side.json``
+keeps the capture error. When the process ends it writes ``plan["pytorch_done"]`` (the MindSpore replays wait for it).
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _train(side: dict, out: Path, initial: str, plan: dict, capture: bool) -> No
     optimizer = torch.optim.SGD(model.parameters(), lr=plan["lr"])
     observe_eval = side["observe"] == "eval"
     recorder = TorchLayerRecorder(model, out / "capture", steps=[plan["capture_step"]],
-                                  record_gradients=not observe_eval) if capture else None
+                                  record_gradients=not observe_eval, record_inputs=True) if capture else None
 
     def precision():
         if side["dtype"] == "bfloat16":
@@ -113,11 +113,14 @@ def run_side(entry: dict, plan: dict) -> dict:
 
 def main(argv: list) -> int:
     plan = json.loads(Path(argv[0]).read_text())
-    write_initial_weights(plan)
-    for entry in plan["sides"]:
-        if entry["side"]["framework"] == "pytorch":
-            status = run_side(entry, plan)
-            print(f"{entry['key']}: {status['status']} ({status['seconds']} s)", flush=True)
+    try:
+        write_initial_weights(plan)
+        for entry in plan["sides"]:
+            if entry["side"]["framework"] == "pytorch":
+                status = run_side(entry, plan)
+                print(f"{entry['key']}: {status['status']} ({status['seconds']} s)", flush=True)
+    finally:  # the MindSpore replays wait for PyTorch sides until this exists
+        Path(plan["pytorch_done"]).write_text("done\n")
     return 0
 
 
