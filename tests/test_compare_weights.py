@@ -176,6 +176,24 @@ def _cosine(state, converted, which):
 
 # --- a correct port whose module names differ ---------------------------------------------------------------------
 
+def test_recurrent_gates_reordered_in_a_conversion_are_named_with_their_order(tmp_path, capsys):
+    torch.manual_seed(3)
+    lstm, gru = nn.LSTM(4, 3, batch_first=True), nn.GRU(4, 3)
+    state = {f"lstm.{k}": v for k, v in lstm.state_dict().items()}
+    state.update({f"gru.{k}": v for k, v in gru.state_dict().items()})
+    torch.save(state, tmp_path / "a.pth")
+    ifgo_to_igfo = [0, 2, 1, 3]          # Ascend's DynamicRNN order, copied into a checkpoint for CPU/GPU
+    moved = {k: (torch.cat([v.chunk(4)[i] for i in ifgo_to_igfo]) if k.startswith("lstm.") else v)
+             for k, v in state.items()}
+    moved["gru.weight_ih_l0"] = torch.cat([state["gru.weight_ih_l0"].chunk(3)[i] for i in (1, 0, 2)])
+    torch.save(moved, tmp_path / "b.pth")
+    assert main(["compare-weights", str(tmp_path / "a.pth"), str(tmp_path / "b.pth")]) == 1
+    out = capsys.readouterr().out
+    assert out.count("gate order: B's gate blocks are A's in the order i, g, f, o") == 4, out
+    assert "gru.weight_ih_l0: gate order: B's gate blocks are A's in the order z, r, n" in out
+    assert "gru.weight_hh_l0" not in out and "4 problems" not in out and "5 problems" in out
+
+
 def test_a_correct_port_with_other_module_names_is_clean_without_a_mapping_file(reference, capsys):
     root, state = reference
     torch.save(ported(state), root / "port.pth")

@@ -247,6 +247,11 @@ def _compare_pair(name_a: str, a: np.ndarray, name_b: str, b: np.ndarray, rtol: 
         return WeightFinding(TRANSPOSED, name_a, name_b, f"{label}: transposed: B {list(b.shape)} is A "
                              f"{list(a.shape)} transposed (square, so the shapes agree; values equal after "
                              f"transposing); transpose it in the conversion", *shapes, max_abs_error=max_abs)
+    order = _gate_order(name_a, a, b, rtol, atol)
+    if order:
+        return WeightFinding(VALUES, name_a, name_b, f"{label}: gate order: B's gate blocks are A's in the order "
+                             f"{order} (a recurrent layer's gates reordered in the conversion)", *shapes,
+                             max_abs_error=max_abs)
     from msdebug_hooks.compare.metrics import compare_arrays
     result = compare_arrays(b, a)
     return WeightFinding(VALUES, name_a, name_b, f"{label}: values differ: max abs error {max_abs:.3g}, cosine "
@@ -254,3 +259,24 @@ def _compare_pair(name_a: str, a: np.ndarray, name_b: str, b: np.ndarray, rtol: 
 
 
 _close = values_close
+
+#: gate names of recurrent layers, by the number of gate blocks along the first axis (PyTorch's order)
+_GATES = {4: "ifgo", 3: "rzn"}
+
+
+def _gate_order(name: str, a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> str:
+    """``"i, g, f, o"`` when ``b`` is ``a`` with its gate blocks (first axis, 4 for LSTM, 3 for GRU) permuted: a
+    conversion that reordered a recurrent layer's gates (Ascend's DynamicRNN order is i, g, f, o); "" otherwise."""
+    import itertools
+    leaf = name.rsplit(".", 1)[-1]
+    if not leaf.startswith(("weight_ih", "weight_hh", "bias_ih", "bias_hh", "w_ih", "w_hh", "b_ih", "b_hh")):
+        return ""
+    for count, gates in _GATES.items():
+        if a.shape[0] % count:
+            continue
+        blocks = np.split(a, count, axis=0)
+        for order in itertools.permutations(range(count)):
+            if list(order) != list(range(count)) and _close(np.concatenate([blocks[i] for i in order]), b, rtol,
+                                                             atol):
+                return ", ".join(gates[i] for i in order)
+    return ""
