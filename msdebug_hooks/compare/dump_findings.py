@@ -103,6 +103,8 @@ class Divergence:
     error: Optional[float] = None
     #: the largest error among its inputs (or their producers), when known
     inputs_error: Optional[float] = None
+    #: differing inputs no graph node feeds (constants of the code: an epsilon, a scale), with both values
+    constants: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> str:
@@ -114,6 +116,11 @@ class Divergence:
         if self.node_type == PARAMETER:
             return ("it is a graph input or a weight, not an operator: the runs were fed different data or weights "
                     "(check the data pipeline, the seeds and the checkpoint before the operators)")
+        if self.constants:
+            return (f"its inputs agree but for {'; '.join(self.constants)}: "
+                    f"{'a constant' if len(self.constants) == 1 else 'constants'} of the code, not the output of any "
+                    f"operator (an attribute such as an epsilon, a scale or an axis): this operator is configured "
+                    f"differently in the two runs")
         if self.root:
             return (f"its inputs already differed ({', '.join(self.differing_inputs)}): the runs start the step from "
                     f"different values of {self.root} ({_percent(self.root_error)} apart, |a-b|/|b|); this is its "
@@ -132,7 +139,8 @@ class Divergence:
                 "source_a": self.source_a, "source_b": self.source_b, "inputs_differed": self.inputs_differed,
                 "differing_inputs": list(self.differing_inputs), "node_type": self.node_type, "root": self.root,
                 "root_error": _finite(self.root_error), "relative_l2_error": _finite(self.error),
-                "inputs_error": _finite(self.inputs_error), "explanation": self.explanation(),
+                "inputs_error": _finite(self.inputs_error), "constants": list(self.constants),
+                "explanation": self.explanation(),
                 "outputs": [p.as_row() for p in self.outputs]}
 
 
@@ -176,6 +184,10 @@ def node_divergence(ia: NodeInfo, ib: NodeInfo, node_pairs: list, producer_outpu
         labels = [(p, *input_source(ia, p.slot)) for p in differing]
         inputs_error = max(p.error() for p in inputs)
         roots = [(p, label) for p, label, is_parameter in labels if is_parameter]
+        if labels and all(label == "" for _, label, _ in labels):   # no node feeds them: constants of the code
+            return make(True, [f"input {p.slot}" for p, _, _ in labels], inputs_error=inputs_error,
+                        constants=tuple(f"input {p.slot}: A {_values(p.file_a)}, B {_values(p.file_b)}"
+                                        for p, _, _ in labels))
         if roots:
             pair, label = roots[0]
             return make(True, [f"input {p.slot}{label}" for p, label, _ in labels], root=label.strip(" ()"),
@@ -197,8 +209,20 @@ def node_divergence(ia: NodeInfo, ib: NodeInfo, node_pairs: list, producer_outpu
 
 def _maker(ia: NodeInfo, ib: NodeInfo, outputs: tuple, iteration: int, rank_a: int, rank_b: int, error: float):
     def make(differed: Optional[bool], differing: list = (), root: str = "", root_error: Optional[float] = None,
-             inputs_error: Optional[float] = None) -> Divergence:
+             inputs_error: Optional[float] = None, constants: tuple = ()) -> Divergence:
         return Divergence(iteration, rank_a, rank_b, ia.name, ib.name, ia.op_type, outputs, user_source(ia),
                           user_source(ib), differed, tuple(differing), ia.node_type, root, root_error, error,
-                          inputs_error)
+                          inputs_error, constants)
     return make
+
+
+def _values(path: str, limit: int = 8) -> str:
+    """A dumped constant's values, short: ``0.01`` or ``[1, 2, ...] (12 values)``; ``?`` when unreadable."""
+    from msdebug_hooks.dump import npy
+
+    try:
+        flat = npy.load(path).reshape(-1)
+    except Exception:   # noqa: BLE001 - unreadable: the comparison already reported it
+        return "?"
+    shown = ", ".join(f"{v:.7g}" if isinstance(v, float) else str(v) for v in flat[:limit].tolist())
+    return shown if flat.size == 1 else f"[{shown}{', ...' if flat.size > limit else ''}] ({flat.size} values)"
