@@ -51,4 +51,18 @@ _EXPORTS.update({
     # imports PyTorch when created
     "TorchLayerRecorder": "msdebug_hooks.compare.torch",
 })
+# two runs, from "they differ" to the operator (msdebug bisect): starts the runs as subprocesses
+_EXPORTS.update({
+    "bisect": "msdebug_hooks.compare.bisection",
+    "RunSpec": "msdebug_hooks.compare.bisect_runs",
+    "BisectError": "msdebug_hooks.compare.bisect_runs",
+    "RunFailed": "msdebug_hooks.compare.bisect_runs",
+    "BisectResult": "msdebug_hooks.compare.bisect_answer",
+})
+# a PyTorch model and its MindSpore port checked in one call; the HTML report (imports the frameworks when run)
+_EXPORTS.update({
+    "compare_models": "msdebug_hooks.compare.port_check",
+    "PortCheck": "msdebug_hooks.compare.port_check",
+    "write_html_report": "msdebug_hooks.compare.html_report",
+})
 __all__ = sorted(_EXPORTS)

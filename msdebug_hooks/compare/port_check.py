@@ -1,0 +1,369 @@
+"""``compare_models``: a PyTorch model and its MindSpore port, checked in one call (what PaDiff does for Paddle).
+
+1. **Weights**: PyTorch's weights and BatchNorm statistics are copied into the MindSpore cell
+   (:mod:`.port_weights`: the layout table's names and layouts, then the structure for renamed attributes), unless
+   ``copy_weights=False`` (the cell keeps the weights your own converter loaded, and step 1 checks them).
+2. **Conventions**: the settings a port must translate, read from both models (:mod:`.port_conventions`:
+   BatchNorm momentum, epsilons, GELU's form, LeakyReLU's slope, dropout, the layer type).
+3. **One step on both** (:mod:`.port_run`): the same batch, loss and SGD learning rate; each side's layer recorder
+   captures step 1 with the layers' inputs, the parameters at its start and the gradients.
+4. **Compared**: forward outputs and gradients with :func:`~msdebug_hooks.compare.layers.compare_layers` (its noise
+   model names where the runs part), the suspect layer replayed in this process (the MindSpore cell on PyTorch's
+   inputs: own error or inherited), and the update each parameter and buffer received (``after - before``).
+5. **Reported**: the layer tree with the first divergence marked and the source lines behind it in both models
+   (:mod:`.port_tree`); ``PortCheck.write_html`` writes the self-contained HTML report.
+
+Dropout layers with the same ``p > 0`` on both sides are set to ``p = 0`` for the step (their random masks can never
+agree between frameworks) and restored; a ``p`` that differs is a convention finding and runs as it is.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from msdebug_hooks.compare import attribution
+from msdebug_hooks.compare.layers import LayerComparison, compare_layers
+from msdebug_hooks.compare.layouts import one_layout
+from msdebug_hooks.compare.metrics import compare_arrays
+from msdebug_hooks.compare.port_conventions import check_conventions, dropout_p
+from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, resolve_loss, restore_mindspore, restore_torch,
+                                            run_mindspore, run_torch)
+from msdebug_hooks.compare.port_tree import layer_errors, record_layer, source_line, tree_lines
+from msdebug_hooks.compare.port_weights import WeightCopy, copy_into, pair_parameters, torch_state
+from msdebug_hooks.errors import ConfigError
+
+ArrayLike = Union[np.ndarray, Sequence[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class UpdateFinding:
+    """A parameter or buffer whose update in step 1 differs between the two sides."""
+
+    name: str          # MindSpore name
+    torch_name: str
+    error: float       # |da-db|/|db| of the updates (inf: one side did not move)
+    floor: float
+    message: str
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "torch_name": self.torch_name, "error": _json(self.error), "floor": self.floor,
+                "message": self.message}
+
+
+@dataclass
+class PortCheck:
+    """Everything one port check found. ``ok``: nothing differs beyond the noise and no setting differs."""
+
+    model_mindspore: str
+    model_pytorch: str
+    batch: str
+    loss: str
+    lr: float
+    copy: WeightCopy
+    conventions: list
+    layers: LayerComparison
+    updates: list
+    update_level: float
+    losses_mindspore: list
+    losses_pytorch: list
+    tree: list = field(default_factory=list)
+    sources: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    marked: Optional[str] = None       # the MindSpore layer the tree marks
+    marked_kind: Optional[str] = None  # the finding's kind: layer, precision, gradient, parameter, update
+    #: for a parameter finding: where the MindSpore value came from ("PyTorch's fc.weight transposed")
+    origin: Optional[str] = None
+    workdir: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.layers.ok and not self.updates and not self.conventions
+
+    def headline(self) -> str:
+        """One line: where the port parts from its reference, or that it does not."""
+        finding = self.layers.finding
+        if finding is not None:
+            return f"first divergence: {self.marked} ({finding.kind}): {finding.describe()}"
+        if self.updates:
+            return f"first divergence: {self.marked} (update): {self.updates[0].message}"
+        if self.layers.unmatched_a or self.layers.unmatched_b:
+            return "no matched record diverges, but some have no partner (listed above): the structures differ"
+        if self.conventions:
+            return (f"the step agrees, but {len(self.conventions)} setting(s) differ (listed above): they show in "
+                    f"other modes or data (eval, other batches)")
+        return "the port matches its reference: forward outputs, gradients and the update agree to the noise"
+
+    def format(self) -> str:
+        lines = [f"port check: {self.model_mindspore} (MindSpore, A) against {self.model_pytorch} (PyTorch, B)",
+                 f"batch: {self.batch}; loss {self.loss}; SGD lr {self.lr:g}",
+                 f"weights: {self.copy.summary()}"]
+        if self.copy.rules:
+            lines.append("  the attribute names differ; a mapping file would say: " + "; ".join(self.copy.rules[:6]))
+        lines += [f"note: {note}" for note in self.notes + self.layers.notes]
+        lines.append("settings (layout table conventions): " + ("none differ" if not self.conventions else
+                                                                f"{len(self.conventions)} differ"))
+        lines += [f"  SETTING: {finding.message}" for finding in self.conventions]
+        pairs = self.layers.pairs
+        counts = {kind: sum(1 for p in pairs if p.record_a.kind == kind)
+                  for kind in ("forward-output", "parameter-gradient", "parameter")}
+        lines.append(f"compared: {counts['forward-output']} forward outputs, {counts['parameter-gradient']} "
+                     f"gradients, {counts['parameter']} parameters at the start of the step, "
+                     f"{len(self.copy.pairs)} updates (largest |a-b|/|b| of a correct update: "
+                     f"{_size(self.update_level)})")
+        for step, (a, b) in enumerate(zip(self.losses_mindspore, self.losses_pytorch), start=1):
+            lines.append(f"loss step {step}: MindSpore {a:.8g}, PyTorch {b:.8g} ({_size(_rel(a, b))} relative)")
+        for label, records in (("only in MindSpore", self.layers.unmatched_a),
+                               ("only in PyTorch", self.layers.unmatched_b)):
+            if records:
+                lines.append(f"{label}: " + ", ".join(f"{r.name} {list(r.shape)}" for r in records[:12]))
+        lines += self.tree
+        lines.append(self.headline())
+        if self.origin:
+            lines.append(f"  {self.origin}")
+        if self.layers.replay is not None:
+            lines.append(f"  {self.layers.replay.describe()}")
+        for source in self.sources:
+            lines += ["  " + text for text in source.lines()]
+        if self.layers.finding is not None and self.updates:
+            lines.append(f"  {len(self.updates)} parameter update(s) differ too, downstream of it")
+        else:
+            lines += [f"  UPDATE: {finding.message}" for finding in self.updates[1:]]
+        lines.append("verdict: " + ("clean" if self.ok else "the port differs from its reference"))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "model_mindspore": self.model_mindspore, "model_pytorch": self.model_pytorch,
+                "batch": self.batch, "loss": self.loss, "lr": self.lr, "headline": self.headline(),
+                "marked": self.marked, "marked_kind": self.marked_kind, "origin": self.origin,
+                "weights": {"pairs": self.copy.pairs, "how": self.copy.how, "modules": self.copy.modules,
+                            "suggested_rules": self.copy.rules, "copied": self.copy.copied},
+                "conventions": [finding.as_dict() for finding in self.conventions],
+                "updates": [finding.as_dict() for finding in self.updates], "update_level": self.update_level,
+                "losses": {"mindspore": self.losses_mindspore, "pytorch": self.losses_pytorch},
+                "sources": [source.as_dict() for source in self.sources], "notes": self.notes,
+                "layers": self.layers.to_dict(), "workdir": self.workdir}
+
+    def write_html(self, path: Union[str, Path]) -> Path:
+        """The self-contained HTML report of this check (:func:`.html_report.write_html_report`)."""
+        from msdebug_hooks.compare.html_report import write_html_report
+
+        return write_html_report(path, self.layers, losses={"MindSpore": self.losses_mindspore,
+                                                            "PyTorch": self.losses_pytorch},
+                                 title=f"port check: {self.model_mindspore}",
+                                 headline=self.headline() + (f" ({self.origin})" if self.origin else ""),
+                                 marked=self.marked, sources=[s.as_dict() for s in self.sources],
+                                 settings=[f.message for f in self.conventions],
+                                 extra=[f"weights: {self.copy.summary()}"] + [f"update: {u.message}"
+                                                                             for u in self.updates[:20]],
+                                 subtitle=f"A: {self.model_mindspore} (MindSpore, the port) \u00b7 B: "
+                                          f"{self.model_pytorch} (PyTorch, the reference) \u00b7 {self.batch}")
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / abs(b) if b else (0.0 if a == b else float("inf"))
+
+
+def _size(value: float) -> str:
+    return "inf" if value == float("inf") else ("0" if value == 0 else f"{value:.1e}")
+
+
+def _json(value: float) -> Any:
+    return value if np.isfinite(value) else str(value)
+
+
+def as_batch(inputs: Union[ArrayLike, Batch], target: Optional[np.ndarray] = None) -> Batch:
+    """A :class:`Batch` from an array, a sequence of arrays (positional inputs) or a ``Batch``."""
+    if isinstance(inputs, Batch):
+        return inputs
+    arrays = (inputs,) if isinstance(inputs, np.ndarray) else tuple(inputs)
+    if not arrays or not all(isinstance(a, np.ndarray) for a in arrays):
+        raise ConfigError("inputs", type(inputs).__name__, "a numpy array or a sequence of numpy arrays")
+    return Batch(tuple(np.ascontiguousarray(a) for a in arrays),
+                 None if target is None else np.ascontiguousarray(np.asarray(target)))
+
+
+def _matching_dropouts(cell: Any, torch_module: Any, copy: WeightCopy) -> list:
+    """``(ms dropout, torch dropout, p)`` where both have the same ``p > 0``: set to 0 for the step."""
+    modules = dict(torch_module.named_modules())
+    found = []
+    for name, layer in cell.cells_and_names():
+        module = modules.get(copy.torch_name(name))
+        if type(layer).__name__.startswith("Dropout") and module is not None and \
+                type(module).__name__.startswith("Dropout"):
+            p_ms, p_torch = dropout_p(layer), dropout_p(module)
+            if p_ms and p_torch and abs(p_ms - p_torch) < 1e-9:
+                found.append((layer, module, p_ms))
+    return found
+
+
+def _run(option: str, runner: Any, model: Any, *args: Any) -> SideRun:
+    """One side's step; a model that fails on the batch is a ``ConfigError`` naming it (the cause chained)."""
+    try:
+        return runner(model, *args)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's model failed on the batch: one line, the cause chained
+        text = str(exc).strip().splitlines()
+        raise ConfigError(option, type(model).__name__, "a model that runs one training step on the batch",
+                          detail=f"{type(exc).__name__}: {text[0] if text else ''}"[:300]) from exc
+
+
+def _moves(delta: np.ndarray, before: np.ndarray) -> bool:
+    """Whether an update changes its tensor by more than the float32 spacing of its values (normwise): a gradient
+    that is pure rounding noise (a bias before a BatchNorm, whose gradient is zero in exact arithmetic) does not."""
+    return float(np.linalg.norm(delta)) > np.finfo(np.float32).eps * float(np.linalg.norm(before))
+
+
+def compare_updates(copy: WeightCopy, run_a: SideRun, run_b: SideRun) -> tuple[list, float]:
+    """``(findings, level)``: the parameters and buffers whose step-1 update differs, and the largest error among
+    those that agree. Trained parameters are judged against the gradient floor (the update is ``-lr * grad``),
+    buffers such as running statistics against the forward floor (they are forward results). An update below the
+    float32 spacing of its tensor on both sides is rounding noise and not compared; a parameter trained on one side
+    only (``requires_grad`` differs) is a finding."""
+    findings, level = [], 0.0
+    for ms_name, torch_name in copy.pairs.items():
+        if ms_name not in run_a.before or torch_name not in run_b.before:
+            continue
+        trained_a, trained_b = ms_name in run_a.trainable, torch_name in run_b.trainable
+        delta_a = run_a.after[ms_name].astype(np.float64) - run_a.before[ms_name]
+        delta_b = run_b.after[torch_name].astype(np.float64) - run_b.before[torch_name]
+        delta_a, delta_b, _ = one_layout(delta_a, delta_b)
+        if trained_a != trained_b:
+            findings.append(UpdateFinding(ms_name, torch_name, float("inf"), 0.0,
+                                          f"{ms_name}: trained in {'MindSpore' if trained_a else 'PyTorch'} only "
+                                          f"(trainable: MindSpore {trained_a}, PyTorch {trained_b}; requires_grad "
+                                          f"differs)"))
+            continue
+        if not (_moves(delta_a, run_a.before[ms_name]) or _moves(delta_b, run_b.before[torch_name])):
+            continue
+        table = attribution.GRADIENT_FLOOR if trained_a else attribution.FORWARD_FLOOR
+        floor = table[attribution.coarser_dtype(str(run_a.before[ms_name].dtype),
+                                                str(run_b.before[torch_name].dtype))]
+        error = attribution.error_of(attribution.Entry(ms_name, attribution.FORWARD,
+                                                       compare_arrays(delta_a, delta_b)), negligible=0.0)
+        if error > floor:
+            what = "update (-lr x gradient)" if trained_a else "change in the step (a running statistic)"
+            findings.append(UpdateFinding(ms_name, torch_name, error, floor,
+                                          f"{ms_name}: its {what} differs by {_size(error)} relative from PyTorch's "
+                                          f"{torch_name} (floor {floor:.0e})"))
+        else:
+            level = max(level, error)
+    return findings, level
+
+
+def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLike, Batch],
+                   target: Optional[np.ndarray] = None, *, loss: LossSpec = "auto", lr: float = 0.1, steps: int = 3,
+                   mapping: Optional[Mapping[str, str]] = None, copy_weights: bool = True, replay: bool = True,
+                   workdir: Optional[Union[str, Path]] = None, keep: bool = False) -> PortCheck:
+    """Check ``mindspore_cell`` (the port, A) against ``torch_module`` (the reference, B) on one batch.
+
+    ``inputs``: the model's positional inputs (a numpy array or a sequence of them); ``target``: the loss's target
+    (``loss="auto"``: cross entropy for integer labels, MSE for a float target, the output's mean without one; or
+    ``"cross_entropy"``, ``"mse"``, ``"mean"``, ``"sum"``, or ``(torch_loss, mindspore_loss)`` callables).
+    ``mapping``: PyTorch name -> MindSpore name for weights the names and the structure do not pair.
+    ``copy_weights=False`` keeps the cell's weights (yours, converted by your code) and checks them.
+    ``steps``: SGD steps on the batch (step 1 is compared; all give the loss curves). The captures go to
+    ``workdir`` (default: a temporary directory, removed unless ``keep``). Afterwards both models hold the weights
+    and statistics they started step 1 with (the cell: PyTorch's copied weights). ``ConfigError`` for bad arguments,
+    weights that cannot be paired, or a model that fails on the batch.
+    """
+    if not isinstance(steps, int) or steps < 1:
+        raise ConfigError("steps", steps, "an integer >= 1")
+    if not (isinstance(lr, (int, float)) and np.isfinite(lr) and lr > 0):
+        raise ConfigError("lr", lr, "a finite learning rate > 0")
+    batch = as_batch(inputs, target)
+    loss_name = resolve_loss(loss, batch)
+    custom = (None, None) if isinstance(loss, str) else tuple(loss)
+    state = torch_state(torch_module)
+    copy = pair_parameters(state, mindspore_cell, mapping)
+    if copy_weights:
+        copy_into(mindspore_cell, state, copy)
+    else:
+        copy.copied = False
+    conventions = check_conventions(mindspore_cell, torch_module, copy.torch_name)
+    notes = []
+    dropouts = _matching_dropouts(mindspore_cell, torch_module, copy)
+    if dropouts:
+        notes.append(f"{len(dropouts)} dropout layer(s) with the same p > 0 on both sides ran with p = 0 for the "
+                     f"step: random masks cannot agree between frameworks")
+    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="msdebug-port-"))
+    root.mkdir(parents=True, exist_ok=True)
+    for side in ("mindspore", "pytorch"):
+        if (root / side).exists():
+            shutil.rmtree(root / side)
+    try:
+        for layer, module, _ in dropouts:
+            layer.p, module.p = 0.0, 0.0
+        try:
+            run_b = _run("torch_module", run_torch, torch_module, batch, loss_name, lr, steps, root / "pytorch",
+                         custom[0])
+            run_a = _run("mindspore_cell", run_mindspore, mindspore_cell, batch, loss_name, lr, steps,
+                         root / "mindspore", custom[1])
+        finally:
+            for layer, module, p in dropouts:
+                layer.p, module.p = p, p
+        restore_torch(torch_module, run_b.before)       # the weights of the captured step, for the replay
+        restore_mindspore(mindspore_cell, run_a.before)
+        layers = compare_layers(root / "mindspore", root / "pytorch", mapping=copy.layer_mapping(),
+                                replay=replay, replay_a=mindspore_cell if replay else None)
+        restore_mindspore(mindspore_cell, run_a.before)  # a replayed BatchNorm in training mode moved its statistics
+        updates, level = compare_updates(copy, run_a, run_b)
+    finally:
+        if workdir is None and not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    check = PortCheck(type(mindspore_cell).__name__, type(torch_module).__name__, batch.describe(),
+                      loss_name if isinstance(loss, str) else "custom", float(lr), copy, conventions, layers, updates,
+                      level, run_a.losses, run_b.losses, notes=notes,
+                      workdir=str(root) if (workdir is not None or keep) else None)
+    _mark(check, mindspore_cell, torch_module)
+    finding = layers.finding
+    if finding is not None and finding.kind == attribution.PARAMETER_FINDING and finding.entry.name in copy.pairs:
+        check.origin = weight_origin(run_a.before[finding.entry.name], state, copy.pairs[finding.entry.name])
+    return check
+
+
+def weight_origin(value: np.ndarray, state: Mapping[str, np.ndarray], torch_name: str) -> Optional[str]:
+    """Where a MindSpore weight that differs from its PyTorch partner came from: that tensor transposed, or another
+    PyTorch tensor (two weights swapped by a converter). None when its value is found nowhere."""
+    own = state[torch_name]
+
+    def same(candidate: np.ndarray) -> bool:
+        a, b, _ = one_layout(np.asarray(value), candidate)
+        return a.shape == b.shape and np.allclose(a, b, rtol=1e-6, atol=1e-8)
+
+    if own.ndim == 2 and same(own.T):
+        return f"its value is PyTorch's {torch_name} transposed: the conversion transposed it"
+    if np.ptp(value) == 0:
+        return None  # a constant (a fresh bias) proves nothing
+    for name, candidate in state.items():
+        if name != torch_name and candidate.size == own.size:
+            if same(candidate):
+                return f"its value is PyTorch's {name}: the conversion put that tensor under {torch_name}'s name"
+            if candidate.ndim == 2 and same(candidate.T):
+                return f"its value is PyTorch's {name} transposed"
+    return None
+
+
+def _mark(check: PortCheck, cell: Any, torch_module: Any) -> None:
+    """Fill the tree, the marked layer and its source lines."""
+    cells = dict(cell.cells_and_names())
+    finding = check.layers.finding
+    if finding is not None:
+        check.marked = record_layer(finding.entry.name, cells)
+        check.marked_kind = finding.kind
+    elif check.updates:
+        check.marked = record_layer(check.updates[0].name, cells)
+        check.marked_kind = "update"
+    check.tree = tree_lines(cell, layer_errors(check.layers, cells), check.marked, check.copy.torch_name)
+    if check.marked:
+        found = [source_line(cell, check.marked, "MindSpore"),
+                 source_line(torch_module, check.copy.torch_name(check.marked), "PyTorch")]
+        check.sources = [source for source in found if source is not None]
+
+
+__all__ = ["PortCheck", "UpdateFinding", "Batch", "compare_models", "compare_updates", "as_batch"]
