@@ -1,4 +1,5 @@
-"""Attach callbacks to every ``Model.train`` / ``Model.fit`` of an unmodified training script.
+"""Attach callbacks to every ``Model.train`` / ``Model.fit`` of an unmodified training script, and the debugger to
+its hand-written training loops.
 
 This is how ``ENABLE_MS_DEBUGGER=1 python train.py`` gets the debugger without an import in the script: a ``.pth``
 file installed with the package runs one line at interpreter start-up. With the variable unset that line is a single
@@ -11,9 +12,13 @@ one method adds our callbacks to both, after ``Model.train``'s legacy-hook check
 Ours go *before* the script's own callbacks: the debugger must see a step before, say, MindSpore's ``LossMonitor``
 raises on a NaN loss in the same step end, or the hit would never reach the UI.
 
-A bad ``ENABLE_MS_DEBUGGER`` / ``MS_DEBUGGER_*`` value stops the script at ``Model.train`` with one line naming the
-variable, the value and what is allowed, and exit status 2 (``SystemExit``, so no traceback through the script, and
-the script's own ``except Exception`` does not swallow it).
+A loop that never calls ``Model.train`` (``value_and_grad`` + an optimizer, ``@mindspore.jit``, a
+``TrainOneStepCell`` called by hand) is reached by ``debugger.functional_loop``: the same import hook runs the
+look-outs of ``debugger.loop_hooks`` right after their MindSpore modules load (``after_import``).
+
+A bad ``ENABLE_MS_DEBUGGER`` / ``MS_DEBUGGER_*`` value stops the script at ``Model.train`` (or where the loop's
+debugger attaches) with one line naming the variable, the value and what is allowed, and exit status 2
+(``SystemExit``, so no traceback through the script, and the script's own ``except Exception`` does not swallow it).
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ import os
 import sys
 import threading
 from types import ModuleType
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence
 
 from msdebug_hooks.config import debugger_env
 
@@ -34,6 +39,8 @@ _TARGET_MODULE = "mindspore.train.model"
 _PATCHED_FLAG = "_msdebug_hooks_patched"
 _factories: List[CallbackFactory] = []
 _lock = threading.Lock()
+_after_import: Dict[str, List[Callable[[ModuleType], None]]] = {}    # module name -> patches run once it loaded
+_driver: Any = None                                                   # the functional-loop driver, once installed
 
 
 def register(factory: CallbackFactory) -> None:
@@ -71,10 +78,45 @@ def install_from_env() -> None:
     ``MS_DEBUGGER_SOURCE=dump`` also sets MindSpore's dump up now, before anything compiles (``dump_scratch``).
     """
     register(_debugger_from_env)
+    install_functional_loop()
     if os.environ.get(debugger_env.SOURCE, "").strip().lower() == "dump":
         from msdebug_hooks.debugger.dump_scratch import configure_early
 
         configure_early()
+
+
+def install_functional_loop() -> None:
+    """Reach hand-written training loops too (``debugger.functional_loop``); idempotent. No MindSpore import."""
+    global _driver
+    from msdebug_hooks.debugger import functional_loop, loop_hooks
+
+    with _lock:
+        if _driver is not None:
+            return
+        _driver = functional_loop.FunctionalLoop(_debugger_from_env, _exit_on_config_error)
+    _driver.install_exit_hooks()
+    for module_name, patch in loop_hooks.patches(_driver).items():
+        after_import(module_name, patch)
+
+
+def after_import(module_name: str, patch: Callable[[ModuleType], None]) -> None:
+    """Run ``patch(module)`` right after ``module_name`` is first imported (at once if it already is)."""
+    with _lock:
+        _after_import.setdefault(module_name, []).append(patch)
+    if module_name in sys.modules:
+        patch(sys.modules[module_name])
+    elif not any(isinstance(finder, _ModelImportHook) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ModelImportHook())
+
+
+def _exit_on_config_error(exc: Exception) -> NoReturn:
+    """A bad debugger variable: one line per problem on stderr, then ``SystemExit(2)``."""
+    if _driver is not None:
+        _driver.done = True          # the script ends here: nothing more to say at its exit
+    for line in str(exc).splitlines():
+        print(f"msdebug-hooks: {line}", file=sys.stderr)
+    print("msdebug-hooks: the training did not start; fix the setting above", file=sys.stderr, flush=True)
+    raise SystemExit(2) from None
 
 
 def _debugger_from_env() -> Sequence[Any]:
@@ -109,10 +151,7 @@ def _callbacks_or_exit(callbacks: Any) -> list:
     try:
         return _merge_callbacks(callbacks)
     except ConfigError as exc:
-        for line in str(exc).splitlines():
-            print(f"msdebug-hooks: {line}", file=sys.stderr)
-        print("msdebug-hooks: the training did not start; fix the setting above", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+        _exit_on_config_error(exc)
 
 
 def _role(callback: Any) -> Any:
@@ -145,14 +184,18 @@ class _PatchingLoader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
-        patch_model_class(module)
+        if module.__name__ == _TARGET_MODULE:
+            patch_model_class(module)
+        for patch in list(_after_import.get(module.__name__, ())):
+            patch(module)
 
 
 class _ModelImportHook(importlib.abc.MetaPathFinder):
-    """Finds ``mindspore.train.model`` through the other finders and wraps its loader."""
+    """Finds ``mindspore.train.model`` (and the modules ``after_import`` names) through the other finders and wraps
+    their loaders."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Optional[importlib.machinery.ModuleSpec]:
-        if fullname != _TARGET_MODULE:
+        if fullname != _TARGET_MODULE and fullname not in _after_import:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):

@@ -77,8 +77,10 @@ def test_callback_rejects_bad_options_and_sink_mode():
         DebuggerCallback("127.0.0.1", 70000)
     with pytest.raises(ConfigError, match="heartbeat_period=3"):
         DebuggerCallback(heartbeat_period=3)
-    with pytest.raises(ConfigError, match="ENABLE_MS_DEBUGGER=''"):
-        DebuggerCallback.from_env({})
+    assert DebuggerCallback.from_env({}).enabled is False          # unset: inert (issue 23), "yes" refused
+    assert DebuggerCallback.from_env({"ENABLE_MS_DEBUGGER": "0"}).enabled is False
+    with pytest.raises(ConfigError, match="ENABLE_MS_DEBUGGER='yes'"):
+        DebuggerCallback.from_env({"ENABLE_MS_DEBUGGER": "yes"})
     callback = DebuggerCallback.from_env(_env(MS_DEBUGGER_PORT="15051"), wait_for_server=True)
     assert (callback.address, callback.wait_for_server) == ("localhost:15051", True)
     check_sink_mode(False, "GPU")

@@ -155,7 +155,8 @@ def test_env_activation_in_a_multi_rank_job_attaches_the_distributed_debugger(cl
     assert type(single) is DebuggerCallback
     clean_env.setenv("RANK_SIZE", "2")
     multi, = _debugger_from_env()
-    assert type(multi) is DistributedDebugger and multi.port == 15051 and multi.connects(0) and not multi.connects(1)
+    assert type(multi) is DistributedDebugger and multi.port == 15051 and multi.port_per_rank   # every rank: r to
+    assert multi.connects(0) and multi.connects(1)                                              # 15051 + r
 
 
 def test_stop_votes_travel_as_data_and_always_parse_back():

@@ -5,6 +5,7 @@ hits, 0 without, 2 on bad input); ``msdebug serve`` for a training started elsew
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -90,13 +91,27 @@ def test_prompt_through_a_terminal_lists_watches_steps_views_pauses_on_ctrl_c_an
 
 @pytest.mark.mindspore
 def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
-    hit = _msdebug("debug", "-c", "watch weight_overflow *; continue", str(PLAIN), "--nan-batch", "2",
-                   "--batches", "8")
-    assert hit.returncode == 1, hit.stdout + hit.stderr
+    hit = _msdebug("debug", "-c", "watch weight_overflow *; watch gradient_exploding; watch tensor_overflow "
+                   "*SoftmaxCrossEntropyWithLogits-op*; continue; source conv1.weight; bogus", str(PLAIN),
+                   "--nan-batch", "2", "--batches", "8")
+    assert hit.returncode == 1, hit.stdout + hit.stderr                       # a hit, even with a typo after it
     assert "job 1 waiting at step 3" in hit.stdout
     (row,) = [line for line in hit.stdout.splitlines() if "conv1.weight" in line and "weight_overflow" in line]
     assert row.split()[:2] == ["3", "0"]                                      # step 3, rank 0
     assert "training exited with code 0" in hit.stdout
+    # the source column: the script's line defining the layer (for its weight and its gradient), and the line
+    # computing the loss (Model.train computes it inside model.train)
+    lenet = (EXAMPLES / "lenet.py").read_text().splitlines()
+    conv1 = next(n for n, line in enumerate(lenet, 1) if "self.conv1 = " in line)
+    train = next(n for n, line in enumerate(PLAIN.read_text().splitlines(), 1) if "model.train(" in line)
+    (grad,) = [line for line in hit.stdout.splitlines() if "GradOf_conv1.weight" in line and "gradient_" in line]
+    (loss,) = [line for line in hit.stdout.splitlines() if "SoftmaxCrossEntropyWithLogits-op" in line and
+               line.split()[0] == "3"]
+    assert row.endswith(f" lenet.py:{conv1}") and grad.endswith(f" lenet.py:{conv1}"), (row, grad)
+    assert loss.endswith(f" plain_lenet_train.py:{train}"), loss
+    assert f"> {EXAMPLES / 'lenet.py'}:{conv1}  {lenet[conv1 - 1].strip()}" in hit.stdout   # source's marker
+    foreign = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d|^\[(DEBUG|INFO|WARNING|ERROR)\] [A-Z_]+\(\d+", re.MULTILINE)
+    assert not foreign.search(hit.stdout + hit.stderr), hit.stdout + hit.stderr   # only our lines
 
     clean = _msdebug("debug", "-c", "watch weight_overflow; continue; hits", str(PLAIN), "--batches", "4")
     assert clean.returncode == 0, clean.stdout + clean.stderr

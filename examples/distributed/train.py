@@ -18,8 +18,10 @@ spent), ``--slow-rank RANK --sleep SECONDS`` (that rank sleeps after every step)
 (``StopAtStep``), ``--dump DIR`` (a sync dump of the steps around ``--nan-step``, one ``rank_<r>/`` per rank;
 read it with ``msdebug check-dump DIR --watch tensor_overflow``), ``--debugger HOST:PORT`` (MindInsight's online
 debugger: rank 0 connects, rank 1 follows its pauses; terminate stops both after the same step; ``--debugger-ranks
-all`` connects every rank, rank r to PORT + r, as ``msdebug serve --ranks N`` listens). Each rank prints
-one ``MSDEBUG_RESULT {json}`` line at the end.
+all`` connects every rank, rank r to PORT + r, as ``msdebug serve --ranks N`` listens; so does env activation
+alone: ``ENABLE_MS_DEBUGGER=1 MS_DEBUGGER_PORT=PORT msrun ...`` without ``--debugger``), ``--no-guard`` (no
+``LossGuard``: the poisoned step does not end the job, so a debugger can step past it). Each rank prints one
+``MSDEBUG_RESULT {json}`` line at the end.
 """
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--slow-rank", type=int, default=None, help="this rank sleeps --sleep seconds per step")
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--dump", default=None, metavar="DIR", help="sync dump of the steps around --nan-step")
+    parser.add_argument("--no-guard", action="store_true",
+                        help="no LossGuard: a poisoned step does not stop the job (to step past it in a debugger)")
     parser.add_argument("--debugger", default=None, metavar="HOST:PORT",
                         help="MindInsight's debugger: rank 0 connects, the other ranks follow its pauses")
     parser.add_argument("--debugger-ranks", default="0", metavar="all|R,R",
@@ -100,7 +104,8 @@ def main(argv=None) -> int:
         if int(which) == rank:
             timer.load_state_dict({"time_elapsed": float(seconds)})
     progress = Progress()
-    callbacks = [progress, guard, timer] + ([StopAtStep(args.stop_step)] if args.stop_step else [])
+    callbacks = [progress] + ([] if args.no_guard else [guard]) + [timer]
+    callbacks += [StopAtStep(args.stop_step)] if args.stop_step else []
     if args.debugger:
         host, _, port = args.debugger.rpartition(":")
         ranks = "all" if args.debugger_ranks == "all" else [int(r) for r in args.debugger_ranks.split(",")]

@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from msdebug_hooks.cli import EXIT_BAD_INPUT
-from msdebug_hooks.cli.serve import add_session_options, read_commands
+from msdebug_hooks.cli.serve import add_session_options, check_timeouts, quiet_grpc, read_commands
+
+# MindSpore's log lines below ERROR ("[WARNING] ME(123:456,MainProcess):2025-...") and gRPC core's ("I1126 12:37:16.2
+# 18767 file.cc:83] ..."): between a script's last lines they hide its traceback
+_CHATTER = re.compile(r"^\[(DEBUG|INFO|WARNING)\] [A-Z_]+\(\d+|^[IW]\d{4} \d\d:\d\d:\d\d")
 
 
 def register(subparsers) -> None:
@@ -54,12 +59,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"msdebug debug: error: script={args.script!r} is not allowed: an existing file", file=sys.stderr)
         return EXIT_BAD_INPUT
     commands = read_commands(args)
-    if commands is False:
+    if commands is False or not check_timeouts(args):
         return EXIT_BAD_INPUT
     env = dict(os.environ)
     env.pop("ENABLE_MS_DEBUGGER", None)       # msdebug run attaches the debugger itself
     if args.source:
         env["MS_DEBUGGER_SOURCE"] = args.source
+    quiet_grpc()                               # ours only: env (the training's) was taken before
     try:
         server = DebuggerServer(port=args.port, host=args.host, log_reports=False).start()
     except (ValueError, OSError) as exc:
@@ -85,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
                                commands=commands, process=process, output_log=log_path, timeout=args.timeout)
             if code == EXIT_BAD_INPUT and log_path is not None and process.poll() is not None and \
                     process.returncode != 0:
-                tail = log_path.read_text(errors="replace").splitlines()[-15:]
-                print("the training's last output lines:\n" + "\n".join(tail), flush=True)
+                tail = [line for line in log_path.read_text(errors="replace").splitlines()
+                        if not _CHATTER.match(line)][-15:]
+                print("the training's last output lines (MindSpore's and gRPC's info and warning lines left out):\n"
+                      + "\n".join(tail), flush=True)
             return code
         finally:
             if process.poll() is None:

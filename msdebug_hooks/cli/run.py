@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import runpy
 import sys
 from pathlib import Path
+
+from msdebug_hooks.cli._script import run_script
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run", help="run a training script with the MindInsight online debugger attached",
         description="Run SCRIPT as __main__ with ENABLE_MS_DEBUGGER=1 and the debugger attached to every "
-                    "Model.train / Model.fit, without changing the script. Start MindInsight first: "
-                    "mindinsight start --enable-debugger True --debugger-port PORT.")
+                    "Model.train / Model.fit and hand-written training loop, without changing the script. Start "
+                    "MindInsight first: mindinsight start --enable-debugger True --debugger-port PORT.")
     parser.add_argument("--host", default=None,
                         help="MindInsight's host (default: $MS_DEBUGGER_HOST, else localhost)")
     parser.add_argument("--port", default=None,
@@ -57,20 +58,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.wait:
         os.environ[WAIT_VARIABLE] = "1"
     settings = DebuggerSettings.from_env()      # ConfigError (exit 2) before the script starts
-    print(f"msdebug run: debugger attached to every Model.train/fit; debugger server (MindInsight or msdebug) at "
-          f"{settings.address}", file=sys.stderr)
+    print(f"msdebug run: debugger attached to every Model.train/fit and hand-written training loop; debugger server "
+          f"(MindInsight or msdebug) at {settings.address}", file=sys.stderr)
     autoattach.install_from_env()
     sys.argv = [str(script), *args.args]
     sys.path.insert(0, str(script.resolve().parent))
-    try:
-        runpy.run_path(str(script), run_name="__main__")
-    except SystemExit as exc:
-        code = exc.code
-        if code is None:
-            return 0
-        if isinstance(code, int):
-            return code
-        print(code, file=sys.stderr)
-        return 1
-    return 0
+    return run_script(str(script))         # the script's traceback only, not ours (_script.py)
 

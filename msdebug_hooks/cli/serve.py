@@ -1,13 +1,16 @@
 """``msdebug serve [--port P] [--ranks N]``: a debugger server with a pdb-like prompt for trainings started
 elsewhere with ``ENABLE_MS_DEBUGGER=1 MS_DEBUGGER_HOST=<this host> MS_DEBUGGER_PORT=<P>`` (no MindInsight needed).
 
-``--ranks N`` also listens on P+1 ... P+N-1, for ``DistributedDebugger(ranks="all", port_per_rank=True)``: every rank
-connects, ``jobs`` lists them and ``job K`` switches. ``-c "cmd; cmd"`` or ``-x FILE`` runs commands without a
+``--ranks N`` also listens on P+1 ... P+N-1, where rank r connects under msrun with env activation (and with
+``DistributedDebugger(ranks="all", port_per_rank=True)``): every rank connects, ``jobs`` lists them and ``job K``
+switches. ``-c "cmd; cmd"`` or ``-x FILE`` runs commands without a
 prompt. Exit code: 0 no hit, 1 hits, 2 bad input or a training that could not be looked at.
 """
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from typing import Optional, Union
 
@@ -24,6 +27,26 @@ def add_session_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=3600.0, metavar="S",
                         help="longest wait of one command (continue, step), and for a script that runs on after a "
                              "training to train again or exit, in seconds (default 3600)")
+
+
+def check_timeouts(args: argparse.Namespace) -> bool:
+    """``--timeout`` / ``--connect-timeout``: a finite number of seconds > 0. False after one line saying which
+    is not (the command then exits 2)."""
+    for option in ("timeout", "connect_timeout"):
+        value = getattr(args, option, None)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            print(f"msdebug {args.command}: error: --{option.replace('_', '-')}={value:g} is not allowed: a number "
+                  "of seconds > 0", file=sys.stderr)
+            return False
+    return True
+
+
+def quiet_grpc() -> None:
+    """Keep gRPC's core from writing its own log lines (``E1126 12:37:16 ... add_port.cc:83] ...``) between the
+    prompt's lines; what goes wrong with a client is told in our words (server reports, ``*** ...`` lines). A
+    ``GRPC_VERBOSITY`` the person set wins. Call before the server starts; a training started afterwards is given
+    the environment as it was before."""
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 
 def read_commands(args: argparse.Namespace) -> Union[None, bool, list[str]]:
@@ -74,8 +97,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"msdebug serve: error: --port={args.port} is not allowed: 1..{65536 - args.ranks}", file=sys.stderr)
         return EXIT_BAD_INPUT
     commands = read_commands(args)
-    if commands is False:
+    if commands is False or not check_timeouts(args):
         return EXIT_BAD_INPUT
+    quiet_grpc()
     try:
         server = DebuggerServer(port=args.port, host=args.host, ports=range(args.port + 1, args.port + args.ranks),
                                 log_reports=False).start()
@@ -84,12 +108,19 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     with server:
         ports = ",".join(map(str, server.ports))
+        every = f" (msrun ... as well: rank r connects to {args.port} + r)" if args.ranks > 1 else ""
         print(f"msdebug serve: listening on {args.host}:{ports}; start the training with ENABLE_MS_DEBUGGER=1 "
-              f"MS_DEBUGGER_HOST={args.host} MS_DEBUGGER_PORT={args.port}", flush=True)
+              f"MS_DEBUGGER_HOST={args.host} MS_DEBUGGER_PORT={args.port}{every}", flush=True)
         if args.ranks > 1:
             def connect():
                 return server.wait_for_ranks(args.ranks, timeout=args.connect_timeout)
         else:
             def connect():
-                return server.wait_for_training(timeout=args.connect_timeout)
+                job = server.wait_for_training(timeout=args.connect_timeout)
+                if (job.world or 1) > 1:        # our client says how many ranks its job has
+                    print(f"msdebug serve: job {job.id} is rank {job.rank} of a {job.world}-rank job and this server "
+                          f"serves one port: the other ranks find none on theirs (rank r: {args.port} + r) and wait in "
+                          "the collectives while it is paused (about 30 s on the CPU, then they fail); msdebug serve "
+                          f"--port {args.port} --ranks {job.world} serves every rank", flush=True)
+                return job
         return run_session(server, connect, commands=commands, timeout=args.timeout)

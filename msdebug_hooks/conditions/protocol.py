@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from msdebug_hooks.conditions.conditions import CONDITION_CLASSES, Condition
+from msdebug_hooks.config._common import did_you_mean
 from msdebug_hooks.errors import ConfigError, ConfigErrors
 
 #: ``WatchCondition.Condition`` enum value -> class
@@ -97,7 +98,10 @@ def _build(cls: type[Condition], given: Mapping[str, Any]) -> Condition:
     for name, value in given.items():
         if name not in known:
             allowed = ", ".join(sorted(known)) if known else "none (this condition takes no parameters)"
-            raise ConfigError(f"{cls.__name__}.{name}", value, f"a parameter of {cls.__name__}: {allowed}")
+            guess = did_you_mean(name, known)
+            raise ConfigError(f"{cls.__name__}.{name}", value,
+                              f"{guess} (a parameter of {cls.__name__}: {allowed})" if guess else
+                              f"a parameter of {cls.__name__}: {allowed}")
     return cls(**given)
 
 
@@ -137,8 +141,9 @@ def parse_condition(text: str) -> Condition:
     else:
         cls = CONDITION_BY_NAME.get(name)
     if cls is None:
-        names = sorted(set(UI_CONDITIONS) | {c.name for c in CONDITION_CLASSES})
-        raise ConfigError("condition", name, f"one of {', '.join(names)}")
+        names = condition_names()
+        guess = did_you_mean(name, names)     # a typo gets the one name meant, not the list of all 23
+        raise ConfigError("condition", name, guess or f"one of {', '.join(names)}")
     try:
         return _build(cls, given)
     except ConfigError as exc:   # name the condition as the user wrote it, not the class behind it
@@ -146,6 +151,12 @@ def parse_condition(text: str) -> Condition:
         renamed = [ConfigError(str(e.field).replace(cls.__name__, name), e.value,
                                str(e.allowed).replace(cls.__name__, name)) for e in errors]
         raise (ConfigErrors(renamed) if len(renamed) > 1 else renamed[0]) from None
+
+
+def condition_names() -> list[str]:
+    """Every name ``parse_condition`` takes in lower case, sorted: the UI ids and the protocol names (what a person
+    types; the API names such as ``TensorTooLarge`` are accepted too)."""
+    return sorted(set(UI_CONDITIONS) | {c.name for c in CONDITION_CLASSES})
 
 
 def should_evaluate(condition: Condition, *, initial_suspension: bool, step_end: bool) -> bool:

@@ -8,9 +8,14 @@ contact and when to look for a lost server), ``watchpoints`` (the watchpoints th
 ``viewing`` (answering tensor views within a byte budget), ``views`` (the answers themselves), ``sources`` (the
 ``TensorSource`` interface), ``tensors`` (the light source: values from the live network), ``capture`` (cell outputs
 and gradients while needed), ``transport`` (channel, deadlines, 3 MiB chunking, error mapping), ``graph`` (network
--> ``GraphProto``), ``heartbeat`` (liveness thread), ``progress`` (the "training paused" line), ``dtypes`` (NumPy <->
+-> ``GraphProto``), ``heartbeat`` (liveness thread), ``client_facts`` (what our client tells our server beyond the
+protocol: its process, rank and world, the error it ended with), ``progress`` (the "training paused" line), ``dtypes`` (NumPy <->
 protocol types), ``validate`` (every server reply checked before it is obeyed), ``interrupt`` (Ctrl-C while paused
 raises KeyboardInterrupt). The wire format is in ``protos/`` (generated code in ``msdebug_hooks._proto``). The dump
 tensor source (every operator's outputs): ``dump_source`` (per-step dump -> values), ``dump_scratch`` (scratch
 directory, env settings, early set-up), ``pb_graph`` (the dump's ``.pb`` graph, made ready for MindInsight).
+Hand-written training loops (no ``Model.train``): ``functional_loop`` (the driver: when a step ends, attaching,
+terminate), ``loop_hooks`` (what env activation patches into MindSpore to see such a loop), ``loop_parts`` (the
+network and loss cells behind an optimizer), ``hook_guard`` (the debugger's hooks kept out of ``@jit`` graphs; a
+look at every ``@jit`` call), ``owner`` (which callback drives the debugger now).
 """

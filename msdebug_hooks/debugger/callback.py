@@ -32,6 +32,7 @@ from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.training_loop import loss_value, request_stop
+from msdebug_hooks.debugger import owner as debugger_owner
 from msdebug_hooks.debugger.capture import CellCapture
 from msdebug_hooks.debugger.graph import build_graph
 from msdebug_hooks.debugger.dump_source import SOURCES, DumpTensorSource, source_options_from_env
@@ -144,6 +145,7 @@ class DebuggerCallback(Callback):
         self._step_end_once = OncePerStep(self._step_end)
         self._wrapped: list = []             # callbacks listed before us that run our step end first
         self._loss_monitored = False         # a LossMonitor follows: say so when a step's loss is not finite
+        self.enabled = True                  # False: from_env() without ENABLE_MS_DEBUGGER, every hook does nothing
 
     @property
     def address(self) -> str:
@@ -154,15 +156,20 @@ class DebuggerCallback(Callback):
         """The callback ``ENABLE_MS_DEBUGGER`` / ``MS_DEBUGGER_HOST`` / ``MS_DEBUGGER_PORT`` /
         ``MS_DEBUGGER_PARTIAL_MEM`` describe; ``options`` are passed on (e.g. ``wait_for_server=True``).
 
-        Raises one ``ConfigError`` naming each bad variable, its value and what is allowed, and also when
-        ``ENABLE_MS_DEBUGGER`` does not enable the debugger (asking for the callback means it should).
+        With ``ENABLE_MS_DEBUGGER`` unset, ``0`` or ``false`` the callback does nothing (one INFO line says so), so
+        a script that lists ``DebuggerCallback.from_env()`` runs with and without the debugger unchanged
+        (``enabled`` is then False). Raises one ``ConfigError`` naming each bad variable, its value and what is
+        allowed (``ENABLE_MS_DEBUGGER=yes`` included).
         """
         env = os.environ if environ is None else environ
         settings = DebuggerSettings.from_env(env)
         if not settings.enabled:
-            raise ConfigError("ENABLE_MS_DEBUGGER", env.get("ENABLE_MS_DEBUGGER", ""),
-                              "1 or true (any case) for DebuggerCallback.from_env()",
-                              detail="the variable is unset or disables the debugger")
+            _LOG.info("debugger: ENABLE_MS_DEBUGGER is %s, so DebuggerCallback.from_env() attaches nothing and the "
+                      "training runs without the debugger (set ENABLE_MS_DEBUGGER=1 to attach it)",
+                      repr(env["ENABLE_MS_DEBUGGER"]) if "ENABLE_MS_DEBUGGER" in env else "unset")
+            inert = cls(**{k: v for k, v in options.items() if k not in ("source", "dump_dir", "dump_kernels")})
+            inert.enabled = False
+            return inert
         options.setdefault("wait_for_server", settings.wait_for_server)
         options.setdefault("on_server_lost", settings.on_server_lost)
         if settings.tls is not None:
@@ -175,6 +182,9 @@ class DebuggerCallback(Callback):
         """``owner``: the callback in MindSpore's list that carries this one (``DistributedDebugger``), if any."""
         import mindspore
 
+        if not self.enabled:
+            return
+        debugger_owner.claim(self)      # a hand-written loop's driver stands down while this training runs
         params = run_context.original_args()
         self._go_first(params, self if owner is None else owner)
         device = str(mindspore.get_context("device_target"))
@@ -273,6 +283,7 @@ class DebuggerCallback(Callback):
             self._tensors.close()        # no hooks left behind on the user's cells
         if self.session is not None:
             self.session.finish()
+        debugger_owner.release(self)
         # the dump's scratch directory goes in __exit__: MindSpore's callback manager exits in reverse order, so
         # that runs after the end hooks of the callbacks listed after us, which may still read the last step
 
@@ -283,6 +294,7 @@ class DebuggerCallback(Callback):
         if self._tensors is not None:
             self._tensors.close()
         if self.session is not None:
-            self.session.finish()
+            self.session.finish(error=exc_info[1] if len(exc_info) > 1 else None)   # raised: "crashed"
+        debugger_owner.release(self)
         if self._dump is not None:
             self._dump.close()

@@ -6,6 +6,12 @@ the gradients it is about to apply, in the order of ``optimizer.parameters``. Ho
 a watchpoint or a view needs and removed when nothing needs them, so training without such a watchpoint pays
 nothing. A node first asked for while paused has a value from the next step on.
 
+``@mindspore.jit`` functions in PyNative mode (the tutorials' ``train_step``): the hooks go through ``hook_guard``,
+which keeps them out of every compiled graph and, while one of them is live, runs the script's ``@jit`` functions
+as plain PyNative code (MindSpore's own ``MS_JIT=0`` behaviour), so gradients and cell outputs are captured there
+too, at eager speed for the steps that need them. A hook that fails (a value that cannot be read) is taken off with
+one warning naming the node; the training goes on.
+
 GRAPH_MODE: a hook registered after the first compile never runs (the compiled graph is reused), and a hook compiled
 in from the start hands values out only through a host round trip on every step, whether anything needs them or not
 (LeNet-5 on the CPU: ~55 ms per step became ~120-150 ms). The light source therefore offers no activations or
@@ -19,9 +25,13 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from msdebug_hooks._log import get_logger
+from msdebug_hooks.debugger import hook_guard
 from msdebug_hooks.debugger.graph import DebugGraph
 
 __all__ = ["CellCapture", "to_numpy"]
+
+_LOG = get_logger("debugger")
 
 
 def _first_tensor(value: Any) -> Any:
@@ -56,7 +66,8 @@ class CellCapture:
         self.capturable = frozenset(graph.cells) | frozenset(graph.gradients) if enabled else frozenset()
         self.values: dict[str, np.ndarray] = {}
         self._wanted: frozenset[str] = frozenset()
-        self._handles: dict[Any, Any] = {}        # cell node name or optimizer id -> hook handle
+        self._handles: dict[Any, Any] = {}        # cell node name or optimizer id -> hook_guard.GuardedHook
+        self.failed: dict[str, str] = {}           # node or optimizer -> why its capture was switched off
 
     @property
     def wanted(self) -> frozenset[str]:
@@ -64,7 +75,7 @@ class CellCapture:
 
     def want(self, names: Iterable[str]) -> None:
         """Capture exactly these nodes (the capturable ones among them) from the next step on."""
-        wanted = frozenset(names) & self.capturable
+        wanted = frozenset(names) & self.capturable - frozenset(self.failed)
         if wanted == self._wanted:
             return
         self._wanted = wanted
@@ -72,12 +83,12 @@ class CellCapture:
             self._handles.pop(name).remove()
         for name in wanted & frozenset(self.graph.cells):
             if name not in self._handles:
-                self._handles[name] = self.graph.cells[name].register_forward_hook(self._cell_hook(name))
+                self._handles[name] = hook_guard.forward_hook(self.graph.cells[name], self._cell_hook(name))
         gradients = wanted & frozenset(self.graph.gradients)
         for optimizer, weights in self.graph.optimizers:
             key = id(optimizer)
             if gradients and key not in self._handles:
-                self._handles[key] = optimizer.register_forward_pre_hook(self._gradient_hook(weights))
+                self._handles[key] = hook_guard.forward_pre_hook(optimizer, self._gradient_hook(weights, key))
             elif not gradients and key in self._handles:
                 self._handles.pop(key).remove()
         for name in list(self.values):
@@ -97,20 +108,40 @@ class CellCapture:
 
     def _cell_hook(self, name: str):
         def keep_output(cell, inputs, output) -> None:
-            value = to_numpy(_first_tensor(output))
+            try:
+                value = to_numpy(_first_tensor(output))
+            except Exception as exc:      # noqa: BLE001 - a capture problem must never end the training
+                self._give_up(name, name, exc)
+                return
             if value is not None:
                 self.values[name] = value
         return keep_output
 
-    def _gradient_hook(self, weights: list[str]):
+    def _gradient_hook(self, weights: list[str], key: Any):
         nodes = {weight: node for node, weight in self.graph.gradients.items()}
 
         def keep_gradients(cell, inputs) -> None:
             gradients = inputs[0] if inputs else ()
-            for weight, gradient in zip(weights, gradients):
-                node = nodes.get(weight)
-                if node is not None and node in self._wanted:
-                    value = to_numpy(gradient)
-                    if value is not None:
-                        self.values[node] = value
+            try:
+                for weight, gradient in zip(weights, gradients):
+                    node = nodes.get(weight)
+                    if node is not None and node in self._wanted:
+                        value = to_numpy(gradient)
+                        if value is not None:
+                            self.values[node] = value
+            except Exception as exc:      # noqa: BLE001 - a capture problem must never end the training
+                self._give_up(key, f"the gradients of {type(cell).__name__}", exc)
         return keep_gradients
+
+    def _give_up(self, key: Any, what: str, exc: BaseException) -> None:
+        """Take the failing hook off for good, with one warning; watchpoints on it then see no value."""
+        handle = self._handles.pop(key, None)
+        if handle is not None:
+            handle.remove()
+        names = [key] if isinstance(key, str) else sorted(n for n in self._wanted if n in self.graph.gradients)
+        for name in names:
+            self.failed[name] = f"{type(exc).__name__}: {exc}"
+            self.values.pop(name, None)
+        self._wanted = self._wanted - frozenset(names)
+        _LOG.warning("debugger: capturing %s failed (%s: %s); that capture is off for the rest of the training "
+                     "and its watchpoints see no value", what, type(exc).__name__, str(exc)[:200])

@@ -1,24 +1,32 @@
-"""The online debugger in a multi-rank job: one rank talks to MindInsight, every rank follows it, nobody hangs.
+"""The online debugger in a multi-rank job: every rank, or one rank that the others follow; nobody hangs.
 
-MindInsight 2.3.1's online debugger serves one training (one device) per debugger port. So by default only rank 0
-connects. The other ranks need no debugger of their own to follow it: while rank 0 is suspended at a step end,
-they wait in the step's collectives (the stop agreement's all-reduce, or the next gradient all-reduce), and run on
-when rank 0 does. A *terminate* on rank 0 is a stop vote like any other (``stop_agreement.py``), so every rank
-stops after the same step and every callback's end hooks run. ``ranks=[0, 1], port_per_rank=True`` lets several
-ranks connect instead, rank ``r`` to ``port + r`` (one MindInsight per port).
+``ranks="all", port_per_rank=True`` (what env activation under msrun uses, ``from_env``): every rank connects, rank
+``r`` to ``port + r``, the ports ``msdebug serve --port P --ranks N`` (or ``DebuggerServer(port=P, ports=...)`` and
+``wait_for_ranks(N)``) listens on; the server holds the ranks in lockstep, so any of them can be paused, stepped and
+looked at. MindInsight 2.3.1's online debugger serves one training (one device) per debugger port, so with it only
+rank 0 connects (``ranks=[0]``, the constructor's default; under env activation the other ranks find nothing on
+their ports, say so and follow). The ranks that do not connect need no debugger of their own to follow: while rank
+0 is suspended at a step end, they wait in the step's collectives (the stop agreement's all-reduce, or the next
+gradient all-reduce), and run on when rank 0 does. A *terminate* on rank 0 is a stop vote like any other
+(``stop_agreement.py``), so every rank stops after the same step and every callback's end hooks run.
 
 Caveat: a rank that waits in a collective while another is paused is subject to the collective library's timeout
-(``HCCL_EXEC_TIMEOUT`` on Ascend, the NCCL watchdog on GPU); a pause longer than that ends the job. On the CPU no
-limit was seen in short pauses.
+(``HCCL_EXEC_TIMEOUT`` on Ascend, the NCCL watchdog on GPU, about 30 s on the CPU); a longer pause of the connected
+rank ends the job. Ranks that all connect to our server have no such limit: it holds them at the same step end.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.debugger.callback import DebuggerCallback
+from msdebug_hooks.debugger.dump_scratch import source_options_from_env
+from msdebug_hooks.debugger.reaching import rank_ports
+from msdebug_hooks.debugger.session import SessionState
 from msdebug_hooks.debugger.settings import validate_address
 from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.rank import rank_id, world_size
@@ -74,10 +82,21 @@ class DistributedDebugger(AgreedStop, Callback):
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None, **kwargs: Any) -> "DistributedDebugger":
-        """Host, port and memory setting from ``MS_DEBUGGER_*``, as ``DebuggerCallback.from_env``."""
-        single = DebuggerCallback.from_env(environ)
-        kwargs.setdefault("wait_for_server", single.wait_for_server)
-        kwargs.setdefault("partial_memory", single.partial_memory)
+        """The settings of ``MS_DEBUGGER_*``, as ``DebuggerCallback.from_env``; by default every rank connects, rank
+        ``r`` to ``MS_DEBUGGER_PORT + r`` (``msdebug serve --port P --ranks N``), so ``msrun ... train.py`` with
+        only ``ENABLE_MS_DEBUGGER=1`` debugs every rank. Under MindInsight (one port) the other ranks find nothing
+        on theirs, say so and follow rank 0."""
+        env = os.environ if environ is None else environ
+        single = DebuggerCallback.from_env(env)          # every variable checked, bad ones named
+        if not single.enabled:       # ENABLE_MS_DEBUGGER unset / 0 / false: that inert callback (its INFO line said so)
+            return single
+        kwargs.setdefault("ranks", "all")
+        kwargs.setdefault("port_per_rank", True)
+        for name in ("wait_for_server", "partial_memory", "on_server_lost"):
+            kwargs.setdefault(name, getattr(single, name))
+        if single.tls is not None:
+            kwargs.setdefault("tls_ca", single.tls)
+        kwargs.update(source_options_from_env(env, kwargs))
         return cls(single.host, single.port, **kwargs)
 
     def connects(self, rank: Optional[int] = None) -> bool:
@@ -97,9 +116,16 @@ class DistributedDebugger(AgreedStop, Callback):
             return
         port = self.port + rank if self.port_per_rank else self.port
         self.debugger = DebuggerCallback(self.host, port, device_id=rank, **self.options)
-        if world_size() > 1:
-            _LOG.info("connects to the debugger server at %s:%d", self.host, port)
-        self.debugger.on_train_begin(run_context, owner=self)   # its step end runs before the callbacks listed first
+        world = world_size()
+        if world > 1:
+            _LOG.info("rank %d of %d connects to the debugger server at %s:%d", rank, world, self.host, port)
+        layout = rank_ports(self.port, rank, world) if self.port_per_rank else contextlib.nullcontext()
+        with layout:                    # a hint printed while connecting names the server for every rank
+            self.debugger.on_train_begin(run_context, owner=self)   # its step end runs before those listed first
+        session = self.debugger.session
+        if world > 1 and session is not None and session.state is SessionState.DETACHED:
+            _LOG.warning("rank %d runs undebugged: it follows the connected ranks' pauses in the collectives, and a "
+                         "pause longer than the collective timeout (about 30 s on the CPU) fails the job", rank)
 
     def on_train_step_begin(self, run_context: Any) -> None:
         if self.debugger is not None:

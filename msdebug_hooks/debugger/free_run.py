@@ -1,7 +1,7 @@
 """A free run: training runs many steps without a ``WaitCMD`` per step, when the server is our own.
 
 MindInsight counts a multi-step continue itself and answers one ``WaitCMD`` per step end, so every step costs a
-round trip. A client that can do better says so in the text of its heartbeats (``HEARTBEAT_MESSAGE``, which
+round trip. A client that can do better says so in the text of its heartbeats (``client_facts.py``, which
 MindInsight ignores: it reads only the period); our server (``msdebug_hooks.server``) then answers a wait that
 starts a run of several steps with ``RunCMD{run_level: "free", run_steps: N}`` (0: until a pause or a hit), a run
 level MindInsight never sends, and other clients keep getting one step per wait. The client then:
@@ -23,12 +23,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-__all__ = ["FREE_RUN_LEVEL", "WATCH_NODE", "CAPABLE", "HEARTBEAT_MESSAGE", "FreeRun"]
+__all__ = ["FREE_RUN_LEVEL", "WATCH_NODE", "CAPABLE", "FreeRun"]
 
 FREE_RUN_LEVEL = "free"                     # RunCMD.run_level of a free run (MindInsight: step / node / recheck)
 WATCH_NODE = "msdebug-hooks:free-run-watch"  # Metadata.cur_node of the watch call (MindInsight's clients send "")
 CAPABLE = "free-run"                        # in a heartbeat's message: this client can do free runs
-HEARTBEAT_MESSAGE = f"Debugger is alive (msdebug-hooks; {CAPABLE})"
 
 
 class FreeRun:

@@ -20,7 +20,10 @@ cell level instead, with MindSpore's naming so that MindInsight classifies the n
   counts full names under ``Gradients/`` as gradients, so its gradient conditions select them), fed by the loss node;
 * every cell's node carries, as its stack (``source_address``), the ``def construct`` line of its class and of each
   cell containing it, innermost first (e.g. ``Conv2d`` in MindSpore, then the script's ``LeNet5``), so the UI's Stack
-  Info and "search by code line" find the layer.
+  Info and "search by code line" find the layer; before them the script's line that defines the layer
+  (``self.conv1 = nn.Conv2d(...)``), and for the loss node the script's line that computes the loss (under
+  ``Model.train``: the ``model.train(...)`` call); a gradient node carries its weight's definition
+  (``source_lines.py``). So a hit on a weight, a gradient or the loss names a line of the script.
 
 The result also says where each tensor comes from (``DebugGraph.parameters``, ``DebugGraph.loss_node``,
 ``DebugGraph.cells`` for cell outputs, ``DebugGraph.gradients`` and ``DebugGraph.updates`` for the weight behind a
@@ -37,6 +40,7 @@ import numpy as np
 
 from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.dtypes import data_type
+from msdebug_hooks.debugger.source_lines import call_site_trace, definition_trace
 
 __all__ = ["GraphParameter", "DebugGraph", "build_graph", "scope_of", "DATA_INPUT", "LABEL_INPUT"]
 
@@ -142,7 +146,8 @@ class _Builder:
         return node_id, full_name
 
 
-def build_graph(network, *, optimizer=None, loss_fn=None, graph_name: str = "kernel_graph_0") -> DebugGraph:
+def build_graph(network, *, optimizer=None, loss_fn=None, graph_name: str = "kernel_graph_0",
+                loss_source: str | None = None) -> DebugGraph:
     """Describe ``network`` (usually ``model.train_network``, a ``TrainOneStepCell``; any ``nn.Cell`` works).
 
     Args:
@@ -152,6 +157,8 @@ def build_graph(network, *, optimizer=None, loss_fn=None, graph_name: str = "ker
         loss_fn: likewise a loss cell outside ``network``, shown as ``Default/loss_fn-<Class>``; its node's value
             is the loss.
         graph_name: ``<name>_<integer>``, as MindInsight sorts graphs by the trailing integer.
+        loss_source: the ``source_address`` frame of the line computing the loss (``source_lines.trace_line``);
+            None: the innermost line of the training's own code calling this (``model.train(...)``).
     Example:
         >>> graph = build_graph(model.train_network)
         >>> transport.send_graph(graph.proto.SerializeToString())
@@ -174,7 +181,9 @@ def build_graph(network, *, optimizer=None, loss_fn=None, graph_name: str = "ker
 
     leaf_owned = {id(p) for _, cell in cells if is_leaf(cell) for p in cell.get_parameters(expand=False)}
     weight_scopes: dict[str, str] = {}
+    weight_lines: dict[str, str] = {}       # weight -> the script's line defining it, for its gradient node
     by_path = dict(cells)
+    loss_line = call_site_trace() if loss_source is None else loss_source
     previous = builder.parameter(DATA_INPUT, "input", (), np.dtype(np.float32))
     for path, cell in cells:
         if not path or path.startswith(inside_optimizer) or any(path == p for p, _ in optimizers):
@@ -191,11 +200,13 @@ def build_graph(network, *, optimizer=None, loss_fn=None, graph_name: str = "ker
             role = "weight" if id(param) in trainable else "frozen"
             inputs.append(builder.parameter(param.name, role, param.shape, _numpy_dtype(param), param))
             weight_scopes.setdefault(param.name, scope)
+            weight_lines.setdefault(param.name, definition_trace(by_path, path, param))
         is_loss = _is_loss(cell)
         if is_loss:
             inputs.append(builder.parameter(LABEL_INPUT, "input", (), np.dtype(np.int32)))
         output = _tensor_type(np.dtype(np.float32), None)
-        stack = "\n".join(filter(None, (construct_stack(by_path[p]) for p in _self_and_ancestors(path))))
+        own_line = loss_line if is_loss else definition_trace(by_path, path)
+        stack = "\n".join(filter(None, (own_line, *(construct_stack(by_path[p]) for p in _self_and_ancestors(path)))))
         node_id, full_name = builder.node(cell.cls_name, scope, inputs, output, stack)
         if is_leaf(cell) and not is_loss:
             builder.graph.cells[full_name] = cell
@@ -206,7 +217,7 @@ def build_graph(network, *, optimizer=None, loss_fn=None, graph_name: str = "ker
     loss_id = next((n.name for n in builder.proto.node if n.full_name == builder.graph.loss_node), previous)
     for path, optimizer in optimizers:
         _add_optimizer(builder, path, optimizer, classes, trainable)
-        _add_gradients(builder, optimizer, trainable, weight_scopes, loss_id)
+        _add_gradients(builder, optimizer, trainable, weight_scopes, loss_id, weight_lines)
     return builder.graph
 
 
@@ -232,7 +243,7 @@ def construct_stack(cell) -> str:
 
 
 def _add_gradients(builder: _Builder, optimizer, trainable: set[int], weight_scopes: dict[str, str],
-                   loss_id: str) -> None:
+                   loss_id: str, weight_lines: dict[str, str]) -> None:
     """One gradient node per weight the optimizer updates, in its order (the order of the gradients it receives)."""
     names = []
     for weight in optimizer.parameters:
@@ -241,7 +252,7 @@ def _add_gradients(builder: _Builder, optimizer, trainable: set[int], weight_sco
             continue
         scope = "Gradients/" + weight_scopes.get(weight.name, "Default")
         _, full_name = builder.node(f"GradOf_{weight.name}", scope, [loss_id],
-                                    _tensor_type(_numpy_dtype(weight), weight.shape))
+                                    _tensor_type(_numpy_dtype(weight), weight.shape), weight_lines.get(weight.name, ""))
         builder.graph.gradients[full_name] = weight.name
     builder.graph.optimizers.append((optimizer, names))
 

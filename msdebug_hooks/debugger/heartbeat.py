@@ -45,11 +45,25 @@ class Heartbeat:
         self.beats = 0
         self.failures = 0
         self._stop = threading.Event()
+        self._first_wait = 0.0
         self._thread = threading.Thread(target=self._run, name="msdebug-heartbeat", daemon=True)
 
-    def start(self) -> "Heartbeat":
+    def start(self, *, at_once: bool = True) -> "Heartbeat":
+        """Beat from the thread: at once, or (``at_once=False``, after a ``beat()``) a period from now."""
+        self._first_wait = 0.0 if at_once else float(self.period)
         self._thread.start()
         return self
+
+    def beat(self) -> bool:
+        """One beat now, from the caller's thread (the session's first, so the server knows the client before its
+        first wait); True if the server took it. Never raises."""
+        try:
+            ok = self._send(pb.Heartbeat(message=self.message, period=self.period)).status == pb.EventReply.OK
+        except TransportError as exc:
+            _LOG.debug("heartbeat failed: %s", exc)
+            return False
+        self.beats += ok
+        return ok
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -62,6 +76,7 @@ class Heartbeat:
 
     def _run(self) -> None:
         beat = pb.Heartbeat(message=self.message, period=self.period)
+        self._stop.wait(self._first_wait)
         while not self._stop.is_set():
             try:
                 reply = self._send(beat)

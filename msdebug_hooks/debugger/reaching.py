@@ -7,18 +7,44 @@ a server again (the session decides what a loss means and starts over on reconne
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.debugger.progress import ProgressLine
 from msdebug_hooks.debugger.transport import TlsError, Transport, TransportError
 
-__all__ = ["CONNECT_ATTEMPTS", "MAX_RECONNECT_GAP", "ReconnectSchedule", "reach_server", "wait_for_listener"]
+__all__ = ["CONNECT_ATTEMPTS", "MAX_RECONNECT_GAP", "ReconnectSchedule", "reach_server", "wait_for_listener",
+           "rank_ports", "server_hint"]
 
 _LOG = get_logger("debugger")
 CONNECT_ATTEMPTS = 4       # first contact: tries, 0.25 / 0.5 / 1 s apart, before training runs undebugged
 MAX_RECONNECT_GAP = 30.0
+_layout = threading.local()
+
+
+@contextlib.contextmanager
+def rank_ports(base: int, rank: int, world: int) -> Iterator[None]:
+    """While connecting rank ``rank`` of a ``world``-rank job to port ``base + rank`` (``DistributedDebugger``
+    with ``port_per_rank``): the hints name the server that serves every rank, not one on this rank's port."""
+    _layout.value = (base, rank, world)
+    try:
+        yield
+    finally:
+        _layout.value = None
+
+
+def server_hint(port: int) -> str:
+    """How to start a server this training reaches at ``port``."""
+    layout = getattr(_layout, "value", None)
+    if layout is not None and layout[2] > 1:
+        base, rank, world = layout
+        return (f"rank {rank} of {world} connects to port {base} + {rank}: msdebug serve --port {base} --ranks "
+                f"{world} serves every rank (MindInsight serves one rank: DistributedDebugger(ranks=[0]), the "
+                "others then wait in the collectives while it is paused)")
+    return f"mindinsight start --enable-debugger True --debugger-port {port}, or msdebug serve --port {port}"
 
 
 def reach_server(transport: Transport, handshake: Callable[[], Optional[str]],
@@ -37,22 +63,19 @@ def reach_server(transport: Transport, handshake: Callable[[], Optional[str]],
                 sleep(delay)
                 delay *= 2
                 continue
-            port = transport.address.rsplit(":", 1)[-1]
+            port = int(transport.address.rsplit(":", 1)[-1])
             return (f"cannot reach the debugger server at {transport.address} after {attempt} attempts: {exc} (is "
-                    f"it running, e.g. mindinsight start --enable-debugger True --debugger-port {port}, or msdebug "
-                    f"serve --port {port}? to wait for it, use DebuggerCallback(wait_for_server=True) or msdebug "
-                    "run --wait)")
+                    f"it running? {server_hint(port)}; to wait for it, use DebuggerCallback(wait_for_server=True) or "
+                    "msdebug run --wait)")
     return None   # not reached: the last attempt returns
 
 
 def wait_for_listener(transport: Transport, progress: ProgressLine, step: int) -> bool:
     """Block until the channel connects; False only if the transport was closed meanwhile."""
     address = transport.address
-    port = address.rsplit(":", 1)[-1]
+    hint = server_hint(int(address.rsplit(":", 1)[-1]))
     progress.begin(lambda waited: f"debugger: training waits at step {step} for the debugger server at {address} "
-                                  f"(state: connecting, not reachable for {waited:.0f} s); start it with: mindinsight "
-                                  f"start --enable-debugger True --debugger-port {port}, or msdebug serve --port "
-                                  f"{port}")
+                                  f"(state: connecting, not reachable for {waited:.0f} s); start it with: {hint}")
     try:
         while not transport.closed:
             if transport.wait_for_ready(1.0):

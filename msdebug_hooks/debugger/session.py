@@ -35,7 +35,8 @@ from typing import Callable, Optional, Union
 
 from msdebug_hooks._log import get_logger
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks.debugger.free_run import FREE_RUN_LEVEL, HEARTBEAT_MESSAGE, WATCH_NODE, FreeRun
+from msdebug_hooks.debugger.client_facts import error_note, heartbeat_message
+from msdebug_hooks.debugger.free_run import FREE_RUN_LEVEL, WATCH_NODE, FreeRun
 from msdebug_hooks.debugger.graph import DebugGraph
 from msdebug_hooks.debugger.heartbeat import Heartbeat
 from msdebug_hooks.debugger.interrupt import sigint_raises
@@ -49,6 +50,7 @@ from msdebug_hooks.debugger.validate import MAX_VIEW_BYTES, RateLimitedLog
 from msdebug_hooks.debugger.viewing import TensorViewer
 from msdebug_hooks.debugger.watchpoints import ReceivedWatchpoint, WatchpointTable, prepare_engine
 from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.rank import world_size
 
 __all__ = ["Decision", "SessionState", "DebuggerSession"]
 
@@ -115,6 +117,7 @@ class DebuggerSession:
         self.tensors.start_over()                # a source reused by a second training starts clean
         self.ms_version = ms_version
         self.device_target = device_target
+        self.rank = device_id
         self.device_name = f"{device_id}:{graph.name.rsplit('_', 1)[-1]}"
         self._wait_metadata = pb.Metadata(device_name=self.device_name, backend=REPORTED_BACKEND)
         self.progress_interval = progress_interval
@@ -195,8 +198,9 @@ class DebuggerSession:
         epoch = self._epoch
         self._heartbeat.stop(timeout=0)
         self._heartbeat = Heartbeat(self.transport.send_heartbeat, period=self.heartbeat_period,
-                                    on_lost=lambda: self._heartbeat_lost(epoch), message=HEARTBEAT_MESSAGE)
-        self._heartbeat.start()
+                                    on_lost=lambda: self._heartbeat_lost(epoch),
+                                    message=heartbeat_message(self.rank, world_size()))
+        self._heartbeat.start(at_once=not self._heartbeat.beat())   # the first before the wait: who we are
         self._intake.reset()
         self._free = None                # a watch on the old channel is gone with it
         self._generation = self.transport.generation
@@ -255,11 +259,14 @@ class DebuggerSession:
         self._send_hits(hits)
         return self.suspend()
 
-    def finish(self) -> None:
-        """Training is over: tell the server (it resets its session) and stop the heartbeat. Idempotent."""
+    def finish(self, error: Optional[BaseException] = None) -> None:
+        """Training is over: tell the server (it resets its session) and stop the heartbeat. Idempotent. ``error``:
+        what training raised, if it did; its last line goes with the message (``client_facts.py``), so our server
+        says crashed, not finished."""
         if self.state in (SessionState.SUSPENDED, SessionState.RUNNING):
+            note = error_note(error) if error is not None else None
             try:
-                self.transport.send_metadata(self._metadata(training_done=True))
+                self.transport.send_metadata(self._metadata(cur_node=note or "", training_done=True))
             except TransportError as exc:
                 _LOG.debug("debugger: training-done metadata not delivered: %s", exc)
             self.state = SessionState.EXITED

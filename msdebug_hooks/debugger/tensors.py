@@ -74,6 +74,8 @@ class NetworkTensors(GraphTensorSource):
 
     def why_not(self, name: str) -> str:
         """Why a watched node has no value here (for the session's one warning per watchpoint)."""
+        if name in self.capture.failed:
+            return f"capturing it failed ({self.capture.failed[name][:200]}) and was switched off"
         if name in self.graph.cells or name in self.graph.gradients:
             return ("cell outputs and gradients are captured in PyNative mode only (in GRAPH_MODE a hook would cost "
                     "a host round trip every step); use MS_DEBUGGER_SOURCE=dump for operator values in GRAPH_MODE")

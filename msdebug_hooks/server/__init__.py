@@ -3,7 +3,8 @@ from Python (``DebuggerServer``) or from a terminal prompt (``msdebug debug`` / 
 
 Any client of the protocol connects unchanged (our ``ENABLE_MS_DEBUGGER=1`` client, MindSpore's old C++ one).
 Modules, one job each: ``server`` (listening ports, the jobs, the watchdog), ``servicer`` (the gRPC methods, thin),
-``training_link`` (what one training's calls do to its job's state), ``job`` (the API to drive one training),
+``training_link`` (what one training's calls do to its job's state), ``states`` (the states and what each means),
+``liveness`` (watching a training's process), ``job`` (the API to drive one training),
 ``group`` (the ranks of one job, in lockstep), ``commands`` (the ``EventReply`` commands), ``graph`` (the graph a
 training sent, as nodes), ``hits`` (watchpoints and hits), ``tensors`` (protocol tensors -> numpy), ``errors``,
 ``shell`` (the prompt) and ``shell_text`` (its command splitting and tables).
@@ -25,6 +26,7 @@ _EXPORTS = {
     "TensorStats": "msdebug_hooks.server.tensors",
     "JobError": "msdebug_hooks.server.errors",
     "JobLost": "msdebug_hooks.server.errors",
+    "JobCrashed": "msdebug_hooks.server.errors",
     "JobStateError": "msdebug_hooks.server.errors",
     "TensorUnavailable": "msdebug_hooks.server.errors",
 }

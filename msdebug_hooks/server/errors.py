@@ -14,6 +14,15 @@ class JobLost(JobError):
         super().__init__(f"{job_label} is lost: {reason}")
 
 
+class JobCrashed(JobLost):
+    """The training raised, or its process exited with a non-zero code; ``reason`` has its error's last line or
+    the exit code, and the step. A ``JobLost``: the training is gone either way."""
+
+    def __init__(self, job_label: str, reason: str) -> None:
+        JobError.__init__(self, f"{job_label} crashed: {reason}")
+        self.reason = reason
+
+
 class JobStateError(JobError):
     """The call needs another state (e.g. a tensor view while the training runs)."""
 

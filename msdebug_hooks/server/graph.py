@@ -10,7 +10,11 @@ The rules are the protocol's, as MindInsight 2.3.1 applies them, so a node is cl
   gradient), ``parameter`` (any other parameter), ``gradient`` (an op under ``gradients/``), ``activation`` (an op of
   an activation type), ``operator`` (anything else);
 * ``stack``: the source lines in ``source_address`` (``# In file <path>:<line>.../<code>/``), innermost first as
-  MindSpore writes them; ``source`` is the training's own line among them.
+  MindSpore writes them; ``source`` is the training's own line among them. A parameter has no lines of its own in
+  the protocol: its ``source`` comes from those of the op it is named after (the first one consuming it in its
+  scope: ``stack_from``, ``borrowed_stack``; a ``stack=`` search still matches ops only). Our light source puts
+  the layer's definition first there (``self.fc1 = nn.Dense(...)``), so a weight's source is its definition; in a
+  dump graph it is the line that uses the weight.
 """
 from __future__ import annotations
 
@@ -44,6 +48,8 @@ class Node:
     outputs: int                        # number of output slots (0: nothing to view or watch)
     stack: tuple[StackFrame, ...] = ()
     inputs: tuple[str, ...] = ()        # full names of the nodes feeding it (parameters and ops), in order
+    stack_from: str = ""                # a parameter: the op whose source lines it borrows ("" for an op)
+    borrowed_stack: tuple[StackFrame, ...] = ()     # those lines (a parameter has none of its own)
 
     @property
     def is_parameter(self) -> bool:
@@ -56,8 +62,9 @@ class Node:
     @property
     def source_frame(self) -> Optional[StackFrame]:
         """The line of the training's own code that made the node: the innermost frame outside MindSpore's
-        package that is not a ``def`` line; None when the graph carries no stack."""
-        for frame in self.stack:
+        package that is not a ``def`` line (a parameter's: among its consumer's lines, ``borrowed_stack``); None
+        when the graph carries no stack."""
+        for frame in self.stack or self.borrowed_stack:
             path = frame.file_path.replace("\\", "/")
             if _LIBRARY.search(path) or frame.code_line.startswith("def "):
                 continue
@@ -178,6 +185,7 @@ def parse_graph(graphs: Iterable[graph_pb.GraphProto]) -> JobGraph:
             ids[op.name] = full
             ops.append((full, op))
         consumers: dict[str, list[str]] = {}            # bare parameter name -> consumer scopes, in order
+        first_user: dict[tuple[str, str], tuple[str, str]] = {}   # (bare, scope) -> (op full name, its source)
         declared = {p.name: p for p in proto.parameters}
         for full, op in ops:
             for edge in op.input:
@@ -185,6 +193,7 @@ def parse_graph(graphs: Iterable[graph_pb.GraphProto]) -> JobGraph:
                     scopes = consumers.setdefault(edge.name, [])
                     if op.scope not in scopes:
                         scopes.append(op.scope)
+                        first_user[(edge.name, op.scope)] = (full, op.source_address)
         param_names: dict[str, str] = {}
         for bare, param in declared.items():
             scopes = consumers.get(bare)
@@ -194,8 +203,10 @@ def parse_graph(graphs: Iterable[graph_pb.GraphProto]) -> JobGraph:
             weight = next((n for n in names_in_scopes if _is_weight_name(n)), None)
             name = weight or names_in_scopes[0]
             param_names[bare] = name
+            user, trace = first_user[(bare, scopes[names_in_scopes.index(name)])]
             nodes.append(Node(name, "Parameter", name.rsplit("/", 1)[0] if "/" in name else "",
-                              "weight" if weight else "parameter", proto.name, index, 1))
+                              "weight" if weight else "parameter", proto.name, index, 1,
+                              stack_from=user if trace else "", borrowed_stack=_stack(trace)))
             index += 1
         for full, op in ops:
             if not op.op_type or op.op_type.endswith("_scope"):

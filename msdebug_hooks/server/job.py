@@ -2,15 +2,18 @@
 
 The protocol gives the server one lever, the answer to the training's ``WaitCMD`` (``training_link.py``), so:
 
-* ``run(n)`` answers the next ``n`` waits with "run one step" (-1: every wait); ``pause()`` stops answering;
+* ``run(n)`` answers the next ``n`` waits with "run one step" (-1: every wait); ``pause()`` stops answering (a
+  run the training has not taken yet is cancelled, and the job is ``waiting`` again at once);
 * a hit cancels the remaining steps, so the training stays suspended at the step where the watchpoint hit;
 * watchpoint changes, views and rechecks are queued and delivered at the next wait, in order; the training answers
   a view with one ``Send*`` stream and waits again, so views work only while it is suspended.
 
-Every blocking call takes a timeout and raises ``JobLost`` when the training is gone, so nothing waits forever.
+Every blocking call takes a timeout and raises ``JobLost`` when the training is gone (``JobCrashed``, a ``JobLost``,
+when it raised or its process exited non-zero), so nothing waits forever.
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Optional, Sequence, Union
 
@@ -22,14 +25,23 @@ from msdebug_hooks.server import commands
 from msdebug_hooks.server.errors import JobLost, JobStateError, TensorUnavailable
 from msdebug_hooks.server.graph import JobGraph, Node
 from msdebug_hooks.server.hits import Hit, ServerWatchpoint
+from msdebug_hooks.server.job_hints import missing_value_hint
+from msdebug_hooks.server.liveness import ProcessWatch
 from msdebug_hooks.server.tensors import TensorStats, stats_from_summary
-from msdebug_hooks.server.training_link import POLL, JobState, TrainingLink, ViewWaiter
-
-__all__ = ["Job", "JobState"]
+from msdebug_hooks.server.training_link import POLL, JobState, TrainingLink
 
 __all__ = ["Job", "JobState"]
 
 NodesSpec = Union[None, str, Node, Sequence[Union[str, Node]]]
+
+
+class ViewWaiter:
+    """One view in flight: the servicer fills ``items`` with the training's answer and sets ``done``."""
+
+    def __init__(self, level: str) -> None:
+        self.level = level
+        self.done = threading.Event()
+        self.items: list = []
 
 
 class Job(TrainingLink):
@@ -105,13 +117,7 @@ class Job(TrainingLink):
             raise ValueError(f"steps={steps!r} is not allowed: an int >= 1, or None to run until a pause or a hit")
         with self._cond:
             self._require(JobState.WAITING, "run() needs a suspended training (call pause() or wait() first)")
-            mark = self._suspensions
-            if self.step == 0 and self._unchecked and self.watchpoints:
-                self._queue.append(commands.recheck())    # initial-value conditions are checked before step 1
-            self._unchecked = False
-            self._left = -1 if steps is None else steps
-            self.state = JobState.RUNNING
-            self._cond.notify_all()
+            mark = self._start_run(-1 if steps is None else steps)
         if steps is None or not wait:
             return []
         self._wait_suspended(mark, timeout, f"running {steps} step(s)")
@@ -120,13 +126,7 @@ class Job(TrainingLink):
     def run_until_hit(self, timeout: float = 600.0) -> list[Hit]:
         """Run until a watchpoint hits; returns the hits. Returns [] if the training finished without one;
         ``TimeoutError`` (training left running) after ``timeout`` seconds; ``JobLost`` if the training died."""
-        with self._cond:
-            mark = self._suspensions
-            running = self.state is JobState.RUNNING
-            if running:
-                self._left = -1                  # already running: now until a hit
-        if not running:
-            self.run(None)
+        mark = self._run_on()
         self._wait_suspended(mark, timeout, "running until a watchpoint hits")
         return list(self.hits)
 
@@ -139,29 +139,31 @@ class Job(TrainingLink):
         return self.state
 
     def pause(self, timeout: float = 300.0) -> int:
-        """Stop at the next step end (a step in progress finishes first); returns the step it stopped at."""
-        with self._cond:
-            self._left = 0
-            self._drop_runs()
-            if self.state is JobState.WAITING:
-                return self.step
-            self._require(JobState.RUNNING, "pause() needs a running training")
-            mark = self._suspensions
-            self._cond.notify_all()
-        self._wait_suspended(mark, timeout, "pausing")
+        """Stop at the next step end (a step in progress finishes first); returns the step it stopped at. A run
+        the training has not taken yet is simply cancelled: it stays where it is."""
+        mark = self._pause_ask()
+        if mark is not None:
+            self._wait_suspended(mark, timeout, "pausing")
         return self.step
 
     def recheck(self, timeout: float = 120.0) -> list[Hit]:
         """Evaluate every watchpoint again on the values held at this suspension; returns the hits."""
         with self._cond:
             self._require(JobState.WAITING, "recheck() needs a suspended training")
-            mark = self._suspensions
             self.hits = []
-            self._queue.append(commands.recheck())
+            ticket = self._queue_recheck()
             if self.step == 0:
                 self._unchecked = False
-            self._cond.notify_all()
-        self._wait_suspended(mark, timeout, "rechecking")
+            deadline = time.monotonic() + timeout
+            while self._rechecks_done < ticket:      # delivered, and the training is back in a wait
+                self._check_process()
+                if not self.alive:
+                    raise self._ended_error()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{self.label} did not answer a recheck within {timeout:g} s (state "
+                                       f"{self.state}, step {self.step})")
+                self._cond.wait(min(left, POLL))
         return list(self.hits)
 
     def terminate(self, timeout: float = 60.0, *, wait: bool = True) -> JobState:
@@ -209,11 +211,63 @@ class Job(TrainingLink):
         """Hold this rank at step ends until the other ranks of ``group`` get there (``group.py``)."""
         with self._cond:
             self._group = group
-            group.report(self.rank, self.step, hit=False)
+            group.report(self.rank, self.step, ready=self._left != 0)
 
     def bind_process(self, process: Any) -> None:
-        """Watch a ``subprocess.Popen`` running this training: its exit ends the job at once (no heartbeat wait)."""
-        self.process = process
+        """Watch a ``subprocess.Popen`` running this training: its exit ends the job at once (no heartbeat wait),
+        ``crashed`` with its exit code when non-zero."""
+        with self._cond:
+            self._process = ProcessWatch(popen=process)
+            self._check_process()
+
+    # -- run / pause steps shared with RankGroup ------------------------------------------------------------------
+    def _start_run(self, left: int) -> int:
+        """Lock held, training waiting: ask for ``left`` steps (-1: until a pause or a hit); the suspension mark."""
+        mark = self._suspensions
+        if self.step == 0 and self._unchecked and self.watchpoints:
+            self._queue_recheck()                   # initial-value conditions are checked before step 1
+        self._unchecked = False
+        if self._group is not None:
+            self._run_serial = self._group.hit_serial   # a hit known now does not stop this run
+        self._ask(left)
+        return mark
+
+    def _run_on(self) -> int:
+        """Run until a pause or a hit: from a suspension, or on from a run in progress; the suspension mark."""
+        with self._cond:
+            self._check_process()
+            self._require_alive()
+            if self.state is JobState.RUNNING:
+                mark = self._suspensions
+                self._ask(-1)
+                return mark
+            self._require(JobState.WAITING, "run_until_hit() needs a suspended or running training")
+            return self._start_run(-1)
+
+    def _pause_ask(self) -> Optional[int]:
+        """Ask for a pause; None when the training is suspended now, else the mark to wait for."""
+        with self._cond:
+            self._check_process()
+            self._require_alive()
+            if self.state is JobState.WAITING:
+                return None
+            if self.state is not JobState.RUNNING:
+                raise JobStateError(self.label, f"{self.state} at step {self.step}",
+                                    "pause() needs a running training")
+            mark = self._suspensions
+            self._ask(0)                            # a run not taken yet: suspended where it is, at once
+            return None if self.state is JobState.WAITING else mark
+
+    def _require_waiting(self, needed: str) -> None:
+        with self._cond:
+            self._require(JobState.WAITING, needed)
+
+    def _queue_recheck(self) -> int:
+        """Lock held: queue a recheck; its ticket (``_rechecks_done`` reaches it once the training is back)."""
+        self._rechecks_asked += 1
+        self._queue.append(commands.recheck())
+        self._cond.notify_all()
+        return self._rechecks_asked
 
     # -- helpers of the API -------------------------------------------------------------------------------------
     def _graph(self) -> JobGraph:
@@ -263,7 +317,7 @@ class Job(TrainingLink):
                     self._check_process()
                     if not self.alive:
                         self._waiter = None
-                        raise JobLost(self.label, self.reason or str(self.state))
+                        raise self._ended_error()
                 if time.monotonic() > deadline:
                     with self._cond:
                         self._waiter = None
@@ -274,11 +328,13 @@ class Job(TrainingLink):
             return waiter.items
 
     def _unavailable(self, node_name: str, step: str, problem: str) -> str:
+        """Why a view came back empty, as far as the server can tell (``job_hints.py``)."""
         if problem:
             return f"{self.label} sent {node_name} at step {self.step} but it was refused: {problem}"
-        hint = (" (clients keep previous-step values only of watched parameters, and none at step 0: watch it "
-                "before running)" if step == "previous" else "")
-        return f"{self.label} holds no {step} value of {node_name} at step {self.step}{hint}"
+        node = self.graph.find(node_name) if self.graph is not None else None
+        watched = node is not None and any(node in wp.nodes for wp in self.watchpoints.values())
+        return f"{self.label} holds no {step} value of {node_name} at step {self.step}" + \
+            missing_value_hint(node, step, self.step, watched)
 
     def _wait_suspended(self, mark: int, timeout: float, doing: str) -> None:
         deadline = time.monotonic() + timeout
@@ -288,8 +344,8 @@ class Job(TrainingLink):
                 if self._suspensions > mark:
                     return      # suspended again: by a hit, the steps asked for, or a pause
                 if not self.alive:
-                    if self.state is JobState.LOST:
-                        raise JobLost(self.label, self.reason)
+                    if self.state in (JobState.LOST, JobState.CRASHED):
+                        raise self._ended_error()
                     return      # finished or terminated: nothing more will happen
                 left = deadline - time.monotonic()
                 if left <= 0:

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Iterable, Optional
 import grpc
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.server.errors import JobLost
+from msdebug_hooks.server.errors import JobLost, JobStateError
 from msdebug_hooks.server.job import Job, JobState
+from msdebug_hooks.server.ports import check_free
 from msdebug_hooks.server.servicer import method_handlers
 
 if TYPE_CHECKING:
@@ -90,7 +91,8 @@ class DebuggerServer:
         return self
 
     def add_port(self, port: int = 0) -> int:
-        """Listen on one more port (0: a free one); returns it."""
+        """Listen on one more port (0: a free one); returns it. ``OSError`` in one line when it cannot be."""
+        check_free(self.host, port)          # before gRPC, which prints its own line for a port in use
         grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.max_workers,
                                                              thread_name_prefix="msdebug-server"),
                                   options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -160,6 +162,11 @@ class DebuggerServer:
         deadline = time.monotonic() + timeout
         with self._lock:
             while True:
+                if self._closed.is_set() or not self._started:
+                    raise JobStateError("the debugger server", "closed" if self._started else "not started",
+                                        "close() was called, so no training can connect to it any more (start a new "
+                                        "DebuggerServer)" if self._started else "call start() first, or use it in a "
+                                        "with block")
                 for job in self._jobs:
                     if job.id in self._claimed or (rank is not None and job.rank != rank):
                         continue

@@ -13,40 +13,59 @@ command (``continue``, ``step``) blocks the prompt, never the training, and Ctrl
 Non-interactive use (``-c "watch weight_overflow *; continue"`` or a command file) runs the commands in order, then
 terminates a training that is still alive (and any the script starts after it). A script that trains again
 (several ``Model.train`` calls) is followed, its watchpoints set again on each training (``script_trainings.py``).
-Exit code: 1 if any watchpoint hit, 0 if none did, 2 on bad input (an unknown command, a bad condition, a missing
-node) or when the training could not be looked at (it never connected, it was lost before it ended, a watchpoint
-could not be set again on the script's next training, or the script was killed or died of a signal).
+Exit code (``exit_code``): 1 if any watchpoint hit, whatever else happened (a typo, a lost training: it did hit);
+otherwise 2 on bad input (an unknown command, a bad condition, a missing node) or when the training could not be
+looked at (it never connected, it was lost before it ended, a watchpoint could not be set again on the script's
+next training, or the script was killed or died of a signal); otherwise 0.
+
+Around the commands: ``shell_watch.py`` (watch, unwatch, watchpoints), ``shell_views.py`` (nodes, source, tensor,
+stats, save, log), ``shell_help.py`` (help with the aliases), ``shell_complete.py`` (Tab completion),
+``shell_hits.py`` (the hits table), ``shell_text.py`` (parsing, tables).
 """
 from __future__ import annotations
 
 import cmd
-import inspect
-import shlex
+import difflib
 import sys
 from pathlib import Path
 from typing import Callable, Optional, Sequence, TextIO
 
-import numpy as np
-
-from msdebug_hooks._files import atomic_path
 from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.server.errors import JobError
-from msdebug_hooks.server.graph import CATEGORIES, Node
+from msdebug_hooks.server.graph import Node
 from msdebug_hooks.server.group import RankGroup
 from msdebug_hooks.server.hits import Hit
 from msdebug_hooks.server.job import Job, JobState
 from msdebug_hooks.server.script_trainings import carry_watchpoints, next_training
 from msdebug_hooks.server.server import DebuggerServer
-from msdebug_hooks.server.shell_text import BadCommand, short_name, source_location, table
+from msdebug_hooks.server.shell_complete import ShellCompletion
+from msdebug_hooks.server.shell_help import ShellHelp, command_aliases
+from msdebug_hooks.server.shell_hits import hits_table
+from msdebug_hooks.server.shell_text import BadCommand, table
+from msdebug_hooks.server.shell_views import ViewCommands
+from msdebug_hooks.server.shell_watch import WatchCommands
 
-__all__ = ["DebuggerShell", "run_session", "EXIT_OK", "EXIT_HITS", "EXIT_BAD"]
+__all__ = ["DebuggerShell", "run_session", "exit_code", "EXIT_OK", "EXIT_HITS", "EXIT_BAD"]
 
 EXIT_OK, EXIT_HITS, EXIT_BAD = 0, 1, 2
-MAX_ROWS = 60
-_ALIASES = frozenset({"c", "cont", "s", "n", "next", "p", "print", "q", "exit", "EOF", "search", "where", "wp"})
 
 
-class DebuggerShell(cmd.Cmd):
+def exit_code(saw_hits: bool, could_not_look: bool) -> int:
+    """The session's exit code, by precedence: a hit (1) outranks bad input and trainings that could not be looked
+    at (2), which outrank a clean run (0). A typo must not hide a divergence from CI; a check that could not look
+    must not read as clean."""
+    if saw_hits:
+        return EXIT_HITS
+    return EXIT_BAD if could_not_look else EXIT_OK
+
+
+def _message(exc: BaseException) -> str:
+    """An exception's text as a person reads it (``KeyError`` quotes its message; ours are sentences)."""
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    return text.strip('"')
+
+
+class DebuggerShell(ShellCompletion, ShellHelp, WatchCommands, ViewCommands, cmd.Cmd):
     """The prompt. ``job`` is the job commands act on; ``process`` the training's process when we started it."""
 
     intro = ""
@@ -73,9 +92,9 @@ class DebuggerShell(cmd.Cmd):
         self.stdout.flush()
 
     def _update_prompt(self) -> None:
-        job = self.job
-        ranks = f" of {len(self.group.jobs)} ranks" if self.group is not None else ""
-        self.prompt = "(msdebug) " if job is None else f"(msdebug job {job.id}{ranks} step {job.step} {job.state}) "
+        job, ranks = self.job, f" of {len(self.group.jobs)} ranks" if self.group is not None else ""
+        state = (self.group or job).state if job is not None else ""      # a group: every rank's, if they differ
+        self.prompt = "(msdebug) " if job is None else f"(msdebug job {job.id}{ranks} step {job.step} {state}) "
 
     def attach(self, target: "Job | RankGroup") -> None:
         """Act on a job, or on every rank of a group (views and listings on the current rank, ``job N``)."""
@@ -99,29 +118,21 @@ class DebuggerShell(cmd.Cmd):
     def emptyline(self) -> bool:
         return False
 
-    def get_names(self) -> list[str]:
-        """Commands for ``help``'s list, without the short aliases (each command's help names them)."""
-        return [name for name in super().get_names() if name[3:] not in _ALIASES]
-
-    def do_help(self, arg: str) -> None:
-        """help [COMMAND]: the commands, or what one does."""
-        method = getattr(self, f"do_{arg.strip()}", None) if arg.strip() else None
-        if method is not None and method.__doc__:
-            self.say(inspect.cleandoc(method.__doc__))
-            return
-        super().do_help(arg)
-
     def default(self, line: str) -> bool:
         if line.strip() == "EOF":
             return self.do_quit("")
-        self._bad(f"unknown command {line.split()[0]!r}; type help for the list")
+        word = line.split()[0]
+        known = [n for names in command_aliases(type(self)).items() for n in (names[0], *names[1])]
+        close = difflib.get_close_matches(word, known, n=1)
+        self._bad(f"unknown command {word!r}; " + (f"did you mean {close[0]!r}? " if close else "") +
+                  "(type help for the list)")
         return False
 
     def onecmd(self, line: str) -> bool:
         try:
             return super().onecmd(line)
         except (BadCommand, ConfigError, KeyError, ValueError, TypeError) as exc:
-            self._bad(str(exc).strip('"'))
+            self._bad(_message(exc))
         except TimeoutError as exc:
             self._bad(f"timed out: {exc}")
         except JobError as exc:
@@ -143,6 +154,7 @@ class DebuggerShell(cmd.Cmd):
             except KeyboardInterrupt:
                 self.say("^C (quit ends the session)")
                 self.intro = None
+                self._update_prompt()        # the states as they are now, not as before the command
 
     def run_commands(self, commands: Sequence[str]) -> int:
         """Non-interactive: run ``commands``; stop at the first bad one. Returns the exit code."""
@@ -162,13 +174,11 @@ class DebuggerShell(cmd.Cmd):
                 self._driver().terminate(timeout=60)
             except (JobError, TimeoutError) as exc:
                 self.say(f"*** could not terminate the training: {exc}")
-        lost = [job for job in jobs if job.state is JobState.LOST]
+        lost = [job for job in jobs if job.state in (JobState.LOST, JobState.CRASHED)]   # could not look to the end
         self._reap()
         for job in lost:
-            self.say(f"*** job {job.id} (rank {job.rank}) was lost: {job.reason}")
-        if self.bad_input or not jobs or lost:
-            return EXIT_BAD
-        return EXIT_HITS if self.saw_hits else EXIT_OK
+            self.say(f"*** job {job.id} (rank {job.rank}) {job.state}: {job.reason}")
+        return exit_code(self.saw_hits, self.bad_input or not jobs or bool(lost))
 
     def _reap(self, *, session_over: bool = True) -> None:
         """Once our script's trainings ended: its next training becomes the job, with the last one's watchpoints,
@@ -207,11 +217,7 @@ class DebuggerShell(cmd.Cmd):
         if not hits:
             return
         self.saw_hits = True
-        ordered = sorted(hits, key=lambda h: (h.step, h.node.is_parameter, h.node.index))
-        rows = [(h.step, h.rank, short_name(h.node.name), h.slot, h.watchpoint.label, h.describe(),
-                 source_location(h.node)) for h in ordered]
-        self.say(f"{len(hits)} hit(s):")
-        self.say(table(rows, ("step", "rank", "node", "slot", "watchpoint", "detail", "source"), numeric=(0, 1, 3)))
+        self.say(hits_table(hits))
 
     def _after_run(self, hits: Sequence[Hit]) -> None:
         for job in self._jobs():
@@ -258,85 +264,6 @@ class DebuggerShell(cmd.Cmd):
             raise BadCommand(f"wait {text!r}: give a number of seconds, e.g. wait 600")
         late = self.server.wait_for_training(timeout=float(text or self.timeout), process=self.process)
         self._take(late, f"job {late.id} connected (rank {late.rank}), waiting at step {late.step}")
-
-    # -- commands: the graph ------------------------------------------------------------------------------------
-    def do_nodes(self, arg: str) -> None:
-        """nodes [PATTERN] [CATEGORY] [stack=TEXT] [all]: list nodes. PATTERN is a glob (*, ?) or a substring;
-        CATEGORY one of weight, gradient, activation, parameter, operator; stack=TEXT matches source lines
-        (e.g. stack=train.py:42); 'all' lifts the 60-row limit. Also: search."""
-        pattern, category, stack, show_all = "", None, "", False
-        for token in shlex.split(arg):
-            if token in CATEGORIES:
-                category = token
-            elif token.startswith("stack="):
-                stack = token[len("stack="):]
-            elif token == "all":
-                show_all = True
-            else:
-                pattern = token
-        nodes = self._job().nodes(pattern, category=category, stack=stack)
-        shown = nodes if show_all else nodes[:MAX_ROWS]
-        rows = [(n.index, n.category, n.type, n.outputs, n.name) for n in shown]
-        self.say(table(rows, ("#", "category", "type", "outputs", "name"), numeric=(0, 3)))
-        if len(shown) < len(nodes):
-            self.say(f"... {len(nodes) - len(shown)} more (add 'all', or narrow the pattern)")
-        self.say(f"{len(nodes)} node(s)")
-
-    do_search = do_nodes
-
-    def do_source(self, arg: str) -> None:
-        """source NAME (where): the source lines behind a node (innermost first; > marks the training's own line)."""
-        node = self._node(arg.strip())
-        if not node.stack:
-            self.say(f"{node.name}: the graph carries no source lines for it (the dump source has them)")
-            return
-        own = node.source_frame
-        for frame in node.stack:
-            self.say(f"{'>' if frame is own else ' '} {frame.file_path}:{frame.line_no}  {frame.code_line}")
-
-    do_where = do_source
-
-    # -- commands: watchpoints ----------------------------------------------------------------------------------
-    def do_watch(self, arg: str) -> None:
-        """watch CONDITION [PARAM=VALUE ...] [NODES ...]: set a watchpoint. CONDITION is a MindInsight id
-        (weight_overflow, gradient_too_large, tensor_overflow, weight_not_changed, ...) or a condition name,
-        optionally with :PARAM=VALUE,...; NODES are names, globs or a category (default: what the condition is
-        for, e.g. every weight for weight_*; '*' for all). Example: watch gradient_too_large abs_mean_gt=1e3 *"""
-        tokens = shlex.split(arg)
-        if not tokens:
-            raise BadCommand("watch needs a condition, e.g. watch weight_overflow")
-        name, params, nodes = tokens[0], [], []
-        for token in tokens[1:]:
-            (params if "=" in token else nodes).append(token)
-        spec = name if not params else f"{name}{',' if ':' in name else ':'}{','.join(params)}"
-        selected: object = None
-        if len(nodes) == 1:
-            selected = nodes[0]
-        elif nodes:
-            job = self._job()
-            chosen: dict[str, None] = {}
-            for pattern in nodes:
-                for node in job.nodes(pattern) if job.graph.find(pattern) is None else [job.node(pattern)]:
-                    chosen.setdefault(node.name, None)
-            selected = list(chosen)
-        made = self._driver().watch(spec, selected)
-        for watchpoint in made if isinstance(made, list) else [made]:
-            self.say(f"watchpoint {watchpoint.id}: {watchpoint.label} on {len(watchpoint.nodes)} node(s)")
-
-    def do_unwatch(self, arg: str) -> None:
-        """unwatch ID|all: delete a watchpoint, or all of them."""
-        target = arg.strip()
-        if target not in ("all", "*") and not target.isdigit():
-            raise BadCommand(f"unwatch {target!r}: give a watchpoint id or 'all'")
-        ids = self._driver().unwatch(None if target in ("all", "*") else int(target))
-        self.say(f"deleted watchpoint(s) {', '.join(map(str, ids)) or 'none'}")
-
-    def do_watchpoints(self, arg: str) -> None:
-        """watchpoints (wp): the current job's watchpoints."""
-        rows = [(w.id, w.label, w.condition, len(w.nodes)) for w in self._job().watchpoints.values()]
-        self.say(table(rows, ("id", "as given", "condition", "nodes"), numeric=(0, 3)))
-
-    do_wp = do_watchpoints
 
     # -- commands: running ----------------------------------------------------------------------------------------
     def do_continue(self, arg: str) -> None:
@@ -401,58 +328,6 @@ class DebuggerShell(cmd.Cmd):
             self.say(f"job {job.id} {job.state}")
         self._reap()
 
-    # -- commands: tensors ----------------------------------------------------------------------------------------
-    def _tensor_args(self, arg: str, extra: int = 0) -> tuple[list[str], str, int]:
-        words, step, slot = [], "current", 0
-        for token in shlex.split(arg):
-            if token in ("previous", "prev"):
-                step = "previous"
-            elif token in ("current", "cur"):
-                step = "current"
-            elif token.startswith("slot="):
-                if not token[5:].isdigit():
-                    raise BadCommand(f"{token}: slot must be an int >= 0")
-                slot = int(token[5:])
-            else:
-                words.append(token)
-        if len(words) != 1 + extra:
-            raise BadCommand("give the node name" + (" and a file" if extra else ""))
-        return words, step, slot
-
-    def do_stats(self, arg: str) -> None:
-        """stats NAME [previous] [slot=N]: statistics of a node's output (computed by the training)."""
-        (name,), step, slot = self._tensor_args(arg)
-        s = self._job().statistics(name, step, slot=slot)
-        rows = [("dtype", s.dtype), ("shape", list(s.shape)), ("count", s.count), ("min", s.min), ("max", s.max),
-                ("mean", s.mean), ("nan", s.nan_count), ("+inf", s.pos_inf_count), ("-inf", s.neg_inf_count),
-                ("zero", s.zero_count), ("< 0", s.negative_count), ("> 0", s.positive_count)]
-        self.say(f"{self._node(name).name} ({step}, step {self._job().step}):")
-        self.say(table(rows, ("statistic", "value"), numeric=(1,)))
-
-    def do_tensor(self, arg: str) -> None:
-        """tensor NAME [previous] [slot=N] (p, print): a node's output values (summarised when large)."""
-        (name,), step, slot = self._tensor_args(arg)
-        value = self._job().tensor(name, step, slot=slot)
-        finite = value[np.isfinite(value)] if np.issubdtype(value.dtype, np.floating) else value
-        summary = (f"min {finite.min():.6g}  max {finite.max():.6g}  mean {finite.astype(np.float64).mean():.6g}"
-                   if finite.size else "no finite values")
-        self.say(f"{self._node(name).name} ({step}, step {self._job().step}): {value.dtype} {list(value.shape)}  "
-                 f"{summary}")
-        self.say(np.array2string(value, threshold=200, edgeitems=3, precision=6, max_line_width=110))
-
-    do_p = do_print = do_tensor
-
-    def do_save(self, arg: str) -> None:
-        """save NAME FILE.npy [previous] [slot=N]: write a node's output to a .npy file (atomically)."""
-        (name, target), step, slot = self._tensor_args(arg, extra=1)
-        if not target.endswith(".npy"):
-            raise BadCommand(f"save {target!r}: the file name must end in .npy")
-        value = self._job().tensor(name, step, slot=slot)
-        with atomic_path(target, mode=0o644) as tmp:
-            with open(tmp, "wb") as out:
-                np.save(out, value)
-        self.say(f"saved {self._node(name).name} ({step}, step {self._job().step}) to {target}")
-
     # -- leaving --------------------------------------------------------------------------------------------------
     def do_quit(self, arg: str) -> bool:
         """quit (q, exit, Ctrl-D): terminate the training if it is still alive, and leave."""
@@ -460,15 +335,6 @@ class DebuggerShell(cmd.Cmd):
         return True
 
     do_q = do_exit = do_EOF = do_quit
-
-    def do_log(self, arg: str) -> None:
-        """log [N]: the last N lines (default 20) of the training's output."""
-        if self.output_log is None or not self.output_log.exists():
-            self.say("the training's output goes to the terminal")
-            return
-        count = int(arg) if arg.strip().isdigit() else 20
-        lines = self.output_log.read_text(errors="replace").splitlines()[-count:]
-        self.say("\n".join(lines))
 
 
 def run_session(server: DebuggerServer, connect: Callable[[], "Job | RankGroup"], *, commands: Optional[Sequence[str]],

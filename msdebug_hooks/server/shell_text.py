@@ -40,8 +40,21 @@ def split_commands(text: str) -> list[str]:
     return commands
 
 
-def short_name(name: str, width: int = 70) -> str:
-    return name if len(name) <= width else "..." + name[-(width - 3):]
+def short_name(name: str, width: int = 60) -> str:
+    """``name`` in at most ``width`` characters, keeping its end, which tells nodes apart (``.../conv1-Conv2d/
+    conv1.weight`` vs ``.../GradOf_conv1.weight-op19``): whole scope levels are dropped from the front; only a last
+    level longer than ``width`` is itself cut at its front."""
+    if len(name) <= width:
+        return name
+    parts = name.split("/")
+    kept = parts[-1]
+    for part in reversed(parts[:-1]):
+        if len(part) + 1 + len(kept) + len(".../") > width:
+            break
+        kept = f"{part}/{kept}"
+    if len(".../") + len(kept) > width:
+        return "..." + name[-(width - 3):]
+    return ".../" + kept
 
 
 def source_location(node: Node) -> str:

@@ -4,60 +4,45 @@
 The protocol gives the server one lever: the answer to ``WaitCMD``, which the training calls at every suspension
 point (the initial one at step 0 and every step end) and which blocks it until answered (``on_wait``). A hit
 arriving (``SendWatchpointHits``, sent before the wait of that step end) cancels the remaining steps, so the
-training stays suspended at the step where the watchpoint hit. A ``WaitCMD`` blocked here notices at once when the
-training's connection closes; while it runs, a training that stops heartbeating is declared lost after three missed
-beats (MindInsight's rule); a process handed to ``bind_process`` is also watched. The API a person drives a job with
-is ``job.Job``, built on this.
+training stays suspended at the step where the watchpoint hit.
+
+The state is derived from three facts, in one place (``_settle``), so that no order of API calls and training calls
+can leave it saying something untrue: ``_held`` (the training is suspended: a blocking wait arrived and no run or
+exit has left since), ``_left`` (steps asked for: >0 a count, -1 until a pause or a hit, 0 none) and the hits in
+flight. ``waiting`` is held with nothing asked and no hit on its way; anything else alive is ``running``. So a
+``pause()`` that comes before the training took the run it cancels is at once ``waiting`` again, where the training
+still is; a run not yet delivered is ``running`` (asked), never ``waiting``. ``_suspensions`` counts the moves to
+``waiting``: blocking API calls wait for it to grow.
+
+How a training ends is in ``states.py``; a process on this machine is watched every second (``liveness.py``): a
+bound ``Popen``, or the pid our client names in its heartbeats.
 
 Free runs (``debugger/free_run.py``): for a client whose heartbeats say it can, a run of several steps (or until a
-pause or a hit) is answered with one ``RunCMD{run_level: "free"}`` instead of a run-one-step answer per wait,
-unless ranks run in lockstep. The training
-then keeps one *watch* call outstanding (``on_watch``), which is answered as soon as the job wants the training
-back (a pause, a terminate, a queued command, a hit, the end); the training's next blocking wait is a suspension
-like any other, with its real step. ``job.step`` is the step of the last wait, so it stands still during a free run.
+pause or a hit) is one ``RunCMD{run_level: "free"}``, unless ranks run in lockstep; the training keeps one *watch*
+call outstanding (``_on_watch``), answered when the job wants it back (a pause, a terminate, a queued command, a
+hit, the end). ``job.step`` is the step of the last wait, so it stands still during a free run.
 """
 from __future__ import annotations
 
 import collections
-import enum
 import threading
 import time
 from typing import Any, Callable, Optional
 
 from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks.debugger.free_run import CAPABLE, WATCH_NODE
+from msdebug_hooks.debugger.client_facts import parse_error, parse_heartbeat
+from msdebug_hooks.debugger.free_run import WATCH_NODE
 from msdebug_hooks.server import commands
-from msdebug_hooks.server.errors import JobLost, JobStateError
+from msdebug_hooks.server.errors import JobCrashed, JobLost, JobStateError
 from msdebug_hooks.server.graph import JobGraph
 from msdebug_hooks.server.hits import Hit, ServerWatchpoint, hit_from_proto
+from msdebug_hooks.server.liveness import ProcessWatch
+from msdebug_hooks.server.states import ENDED, JobState
 
-__all__ = ["TrainingLink", "JobState", "ENDED", "POLL", "ViewWaiter"]
+__all__ = ["TrainingLink", "JobState", "ENDED", "POLL"]
 
 POLL = 0.1                        # seconds between checks of a blocked WaitCMD's connection
 _LOCKSTEP_POLL = 0.002            # a rank held for the others checks them this often
-
-
-class JobState(str, enum.Enum):
-    CONNECTING = "connecting"     # metadata (and maybe the graph) received; not suspended yet
-    WAITING = "waiting"           # suspended at a step end (or step 0): commands are obeyed now
-    RUNNING = "running"
-    FINISHED = "finished"         # the training said it is done
-    TERMINATED = "terminated"     # we told it to exit
-    LOST = "lost"                 # disconnected, died or stopped heartbeating
-    MISMATCH = "mismatch"         # its ms_version could not be accepted
-
-    def __str__(self) -> str:
-        return self.value
-
-
-ENDED = (JobState.FINISHED, JobState.TERMINATED, JobState.LOST, JobState.MISMATCH)
-
-
-class ViewWaiter:
-    def __init__(self, level: str) -> None:
-        self.level = level
-        self.done = threading.Event()
-        self.items: list = []
 
 
 class TrainingLink:
@@ -68,11 +53,14 @@ class TrainingLink:
         self.peer = peer
         self.port = port
         self.rank = 0
+        self.world: Optional[int] = None    # the job's number of ranks, as our client says (None: not said)
         self.device_name = ""
         self.ms_version = ""
         self.backend = ""
         self.state = JobState.CONNECTING
         self.reason = ""
+        self.error: Optional[str] = None    # the last line of the error a crashed training reported
+        self.exit_code: Optional[int] = None   # its process's exit code, once seen (a bound Popen, a zombie)
         self.step = 0
         self.cur_node = ""
         self.graph: Optional[JobGraph] = None
@@ -82,20 +70,25 @@ class TrainingLink:
         self.all_hits: list[Hit] = []
         self.heartbeat_period: Optional[float] = None
         self.last_seen = time.monotonic()
-        self.process: Any = None
+        self._process: Optional[ProcessWatch] = None
         self._report = report
         self._cond = threading.Condition()
         self._queue: collections.deque = collections.deque()
-        self._left = 0                      # steps still to run: >0 count, -1 until paused, 0 stay
-        self._suspensions = 0               # bumped each time the training blocks in a wait
-        self._in_wait = False
+        self._left = 0                      # steps asked for: >0 count, -1 until paused or a hit, 0 none
+        self._held = False                  # suspended: a blocking wait came, no run or exit left since
+        self._suspensions = 0               # bumped at every move to WAITING
+        self._in_wait = False               # blocked in a wait now (its connection is watched there)
+        self._process_checked = 0.0         # when a held wait last looked at the process
         self._pending_hits: list[Hit] = []
         self._view_lock = threading.Lock()
-        self._waiter: Optional[ViewWaiter] = None
+        self._waiter: Any = None            # the API's ViewWaiter for the view in flight (job.py)
         self._next_watchpoint = 1
+        self._rechecks_asked = self._rechecks_done = 0   # a recheck is done when a wait follows its delivery
+        self._recheck_out = False
         self._unchecked = False             # watchpoints changed since the last check at step 0
         self._closing = False
         self._group: Any = None             # a RankGroup keeping this rank in lockstep with the others
+        self._run_serial = 0                # the group's hit count when this rank was last asked to run
         self.free_runs = True               # answer multi-step runs with one free run (set by the server)
         self.free_run_capable = False       # the client's heartbeats say it can do free runs
         self._free_from: Optional[int] = None   # the step a free run started at, while one lasts
@@ -113,6 +106,30 @@ class TrainingLink:
     def alive(self) -> bool:
         return self.state not in ENDED
 
+    @property
+    def pid(self) -> Optional[int]:
+        """The training's process id, where known (a bound ``Popen``, or our client's heartbeats)."""
+        return self._process.pid if self._process is not None else None
+
+    # -- the state, in one place ----------------------------------------------------------------------------------
+    def _settle(self) -> None:
+        """Derive the state from the facts (lock held); a move to WAITING counts a suspension."""
+        if not self.alive or (self.state is JobState.CONNECTING and not self._held):
+            return
+        leaving = self._group is not None and self._group.committed(self.step)
+        waiting = self._held and self._left == 0 and not self._pending_hits and not leaving
+        if waiting and self.state is not JobState.WAITING:
+            self._suspensions += 1
+        self.state = JobState.WAITING if waiting else JobState.RUNNING
+        self._cond.notify_all()
+
+    def _ask(self, left: int) -> None:
+        """Set the steps asked for (lock held); the group hears whether this rank wants to run on."""
+        self._left = left
+        if self._group is not None:
+            self._group.report(self.rank, self.step, ready=left != 0)
+        self._settle()
+
     # -- shared by the API and the servicer side ----------------------------------------------------------------
     def _require_alive(self) -> None:
         if not self.alive:
@@ -121,6 +138,8 @@ class TrainingLink:
     def _ended_error(self) -> Exception:
         if self.state is JobState.LOST:
             return JobLost(self.label, self.reason)
+        if self.state is JobState.CRASHED:
+            return JobCrashed(self.label, self.reason)
         return JobStateError(self.label, str(self.state), self.reason or "the training has ended")
 
     def _require(self, state: JobState, needed: str) -> None:
@@ -129,49 +148,66 @@ class TrainingLink:
         if self.state is not state:
             raise JobStateError(self.label, f"{self.state} at step {self.step}", needed)
 
-    def _drop_runs(self) -> None:
-        kept = [r for r in self._queue if not (r.WhichOneof("cmd") == "run_cmd" and r.run_cmd.run_level == "step")]
-        self._queue = collections.deque(kept)
-
     def _fail_view(self, why: str) -> None:
         if self._waiter is not None:
             self._waiter.done.set()
             self._waiter = None
 
     def _check_process(self) -> None:
-        """Called with the lock held: a bound process that exited ends the job."""
-        if self.process is None or not self.alive:
+        """Lock held: a watched process that exited ends the job (crashed with its code, or lost), and an ended
+        job's exit code is noted once it is seen."""
+        if self._process is None or (not self.alive and (self.exit_code is not None or
+                                                         not self._process.exit_visible)):
             return
-        code = self.process.poll()
-        if code is not None:
-            self._lose(f"the training process exited with code {code} at step {self.step}")
+        end = self._process.ended()
+        if end is None:
+            return
+        if not self.alive:
+            self.exit_code = end.code
+            if self.state is JobState.CRASHED:
+                self.reason += f" (exit code {end.code})"
+            elif end.code:
+                self.reason += f"; its process then {end.describe()}"
+            return
+        self.exit_code = end.code
+        how = f"its process{f' (pid {self.pid})' if not self._process.exit_visible else ''} {end.describe()}"
+        if end.code:        # non-zero (a bound Popen's code, or a zombie's status): crashed
+            self._end(JobState.CRASHED, f"{how} at step {self.step}")
+        else:
+            self._lose(f"{how} at step {self.step} without ending the training")
 
-    def _lose(self, reason: str) -> None:
+    def _end(self, state: JobState, reason: str) -> None:
         if not self.alive:
             return
-        self.state = JobState.LOST
-        self.reason = reason
-        self._left = 0
+        self.state, self.reason = state, reason
+        self._left, self._held = 0, False
         self._queue.clear()
         self._fail_view(reason)
-        self._report(f"{self.label} lost: {reason}")
+        said = "" if state in (JobState.FINISHED, JobState.TERMINATED) else f" {state}"
+        self._report(f"{self.label}{said}: {reason}")
         self._cond.notify_all()
+
+    def _lose(self, reason: str) -> None:
+        self._end(JobState.LOST, reason)
 
     # -- called by the servicer (gRPC threads) ------------------------------------------------------------------
     def touch(self) -> None:
         self.last_seen = time.monotonic()
 
     def on_metadata(self, request: pb.Metadata) -> Optional[pb.EventReply]:
-        """``SendMetadata``: the first one introduces the training; ``training_done`` ends it."""
+        """``SendMetadata``: the first one introduces the training; ``training_done`` ends it (cleanly, or with
+        the error our client reports in ``cur_node``)."""
         with self._cond:
             self.touch()
             if request.training_done:
                 if self.alive:
                     self.step = max(self.step, request.cur_step)   # a free run reports no step until it ends
-                    self.state = JobState.FINISHED
-                    self.reason = f"the training finished at step {request.cur_step}"
-                    self._fail_view(self.reason)
-                    self._report(f"{self.label}: {self.reason}")
+                    self.error = parse_error(request.cur_node)
+                    if self.error is None:
+                        self._end(JobState.FINISHED, f"the training finished at step {self.step}")
+                    else:
+                        self._end(JobState.CRASHED, f"the training raised at step {self.step}: {self.error}")
+                    self._check_process()
                 self._cond.notify_all()
                 return commands.ok()
             self.device_name = request.device_name
@@ -201,11 +237,16 @@ class TrainingLink:
         with self._cond:
             self.touch()
             self.heartbeat_period = float(period)
-            self.free_run_capable = CAPABLE in message
+            facts = parse_heartbeat(message)
+            self.free_run_capable = facts.free_run
+            if facts.world is not None:
+                self.world = facts.world
+            if self._process is None and facts.pid is not None and facts.start is not None:
+                self._process = ProcessWatch.of_pid(facts.pid, facts.start)   # None unless it is on this machine
             if self.state is JobState.LOST and self.reason.startswith("no heartbeat"):
-                self.state = JobState.RUNNING if not self._in_wait else JobState.WAITING
+                self.state, self.reason = JobState.RUNNING, ""
                 self._report(f"{self.label} is back (heartbeat)")
-                self._cond.notify_all()
+                self._settle()
 
     def on_hits(self, messages: list[pb.WatchpointHit]) -> list[str]:
         """Keep the hits until the next wait tells their step; returns problems (unknown watchpoint or node)."""
@@ -224,8 +265,7 @@ class TrainingLink:
                 self._pending_hits.append(hit)
             if self._pending_hits:       # pause on hit: the remaining steps are cancelled now
                 self._left = 0
-                self._drop_runs()
-            self._cond.notify_all()
+            self._cond.notify_all()      # the state moves at the wait that follows, with the hits
         return problems
 
     def on_view_answer(self, level: str, items: list) -> bool:
@@ -247,14 +287,16 @@ class TrainingLink:
         with self._cond:
             self.touch()
             self.waits += 1
+            if self._recheck_out:
+                self._recheck_out, self._rechecks_done = False, self._rechecks_done + 1
             self._back_from_free_run(request.cur_step)
             if self.state is JobState.TERMINATED:
                 return commands.terminate()
-            if self.state in (JobState.FINISHED, JobState.MISMATCH) or self.graph is None:
+            if self.state in (JobState.FINISHED, JobState.CRASHED, JobState.MISMATCH) or self.graph is None:
                 return commands.failed()        # MindInsight's answer before a graph: the client backs off
             if self.state is JobState.LOST:
                 self._report(f"{self.label} is back (it called WaitCMD at step {request.cur_step})")
-                self.state, self.reason = JobState.WAITING, ""
+                self.state, self.reason = JobState.RUNNING, ""
             if request.cur_step != self.step:
                 self.hits = []
             self.step = request.cur_step
@@ -266,56 +308,52 @@ class TrainingLink:
                 self.hits.extend(self._pending_hits)
                 self.all_hits.extend(self._pending_hits)
                 self._pending_hits = []
+            self._held = True
             if self._group is not None:
-                self._group.report(self.rank, self.step, hit=arrived)
-            counted = False
+                self._group.report(self.rank, self.step, ready=self._left != 0, hit=arrived)
+            self._settle()
             while True:
-                if self._closing or self.state in (JobState.LOST, JobState.FINISHED, JobState.MISMATCH):
+                if self._closing or not self.alive:
                     return commands.failed()
-                if self._queue:
-                    reply = self._queue.popleft()
-                    kind = reply.WhichOneof("cmd")
-                    if kind == "exit":
-                        self.state = JobState.TERMINATED
-                        self.reason = f"terminated at step {self.step}"
-                        self._report(f"{self.label}: {self.reason}")
-                    elif kind == "run_cmd" and reply.run_cmd.run_level == "step":
-                        self.state = JobState.RUNNING
-                    else:                           # set / view / recheck: still suspended, unless asked to run
-                        self.state = JobState.RUNNING if self._left != 0 else JobState.WAITING
-                    self._cond.notify_all()
-                    return reply
-                held = False
-                if self._left != 0 and self._group is not None and self._group.stop_here(self.step):
-                    self._left = 0                  # another rank hit at this step: every rank stops here
-                if self._left != 0:
-                    if self._group is None and self.free_runs and self.free_run_capable and self._left != 1:
-                        self._free_from = self.step
-                        self.state = JobState.RUNNING
-                        self._cond.notify_all()
-                        return commands.free_run(max(self._left, 0))
-                    if self._group is None or self._group.released(self.step):
-                        if self._left > 0:
-                            self._left -= 1
-                        self.state = JobState.RUNNING
-                        self._cond.notify_all()
-                        return commands.run_step()
-                    held = True                     # lockstep: the other ranks are not at this step end yet
-                elif not counted:
-                    counted = True
-                    self.state = JobState.WAITING
-                    self._suspensions += 1
-                    self._cond.notify_all()
+                reply = self._queue.popleft() if self._queue else self._next_run()
+                if reply is not None:
+                    if reply.WhichOneof("cmd") == "exit":
+                        self._end(JobState.TERMINATED, f"terminated at step {self.step}")
+                    elif reply.WhichOneof("cmd") == "run_cmd" and reply.run_cmd.run_level == "recheck":
+                        self._recheck_out = True
+                    elif reply.WhichOneof("cmd") == "run_cmd":
+                        self._held = False          # it leaves the suspension: running until its next wait
+                        self._settle()
+                    return reply                    # set / view / recheck: still suspended
                 self._in_wait = True
                 try:
-                    self._cond.wait(_LOCKSTEP_POLL if held else POLL)
+                    self._cond.wait(_LOCKSTEP_POLL if self._left != 0 and self._group is not None else POLL)
                 finally:
                     self._in_wait = False
                 if not is_active():
                     self._lose(f"its connection closed while it was suspended at step {self.step} "
                                "(process killed or network lost)")
                     return commands.failed()
-                self._check_process()
+                if time.monotonic() - self._process_checked >= POLL:
+                    self._process_checked = time.monotonic()
+                    self._check_process()
+
+    def _next_run(self) -> Optional[pb.EventReply]:
+        """The run answer for a suspended training now, or None to keep it suspended (lock held)."""
+        group = self._group
+        if group is not None:
+            if self._left != 0 and group.hit_stops(self.step, self._run_serial):
+                self._ask(0)                        # another rank hit at this step: every rank stops here
+            if not group.may_leave(self.rank, self.step):
+                return None                         # lockstep: not every rank is ready to leave this step end
+        elif self._left == 0:
+            return None
+        elif self.free_runs and self.free_run_capable and self._left != 1:
+            self._free_from = self.step
+            return commands.free_run(max(self._left, 0))
+        if self._left > 0:
+            self._left -= 1
+        return commands.run_step()
 
     def _back_from_free_run(self, step: int) -> None:
         """A blocking wait after a free run: count the steps it ran (with the lock held)."""
@@ -338,9 +376,11 @@ class TrainingLink:
             return commands.ok()
 
     def check_heartbeat(self, now: float) -> None:
-        """Watchdog: a running training that missed three heartbeats is lost (MindInsight's rule)."""
+        """Watchdog, every second: a watched process that exited ends the job; a running training that missed
+        three heartbeats is lost (MindInsight's rule)."""
         with self._cond:
-            self._check_process()
+            if not self._in_wait:           # a blocked wait sees its connection close within POLL: it says so
+                self._check_process()
             if not self.alive or self._in_wait or self.heartbeat_period is None:
                 return
             silent = now - self.last_seen
@@ -357,3 +397,4 @@ class TrainingLink:
             self._closing = True
             self._fail_view("the server is closing")
             self._cond.notify_all()
+
