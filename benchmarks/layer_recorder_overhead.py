@@ -1,96 +1,218 @@
-"""What the MindSpore ``LayerRecorder`` costs per training step in GRAPH_MODE, against plain training.
+"""What a layer recorder costs per training step, against plain training of the same network in the same process:
+``TorchLayerRecorder`` (PyTorch) and ``LayerRecorder`` (MindSpore, GRAPH_MODE and PyNative).
 
-The network is the migration example's LeNet-5 with BatchNorm (14 recorded layer calls), batch 32, trained by a
-compiled ``TrainOneStepCell`` in a plain loop. Three variants, each its own compiled network, all measured in this
-one run:
+Networks: the comparison corpus's ResNet-style CNN and transformer encoder (``tests/corpus/``, written in both
+frameworks; :mod:`bench_nets`), batch ``--batch``, plain SGD. Three variants per network, each its own network
+instance with the same initial weights and batches:
 
 * plain: no recorder;
-* not capturing: a recorder attached (its hooks compiled into the graph) on a step it does not capture -- every
-  hooked layer still calls into Python once, which returns at once;
-* capturing: a recorder capturing every step -- each layer's output copied to the host and written as ``.npy``
-  (atomically), plus the manifest.
+* attached, not capturing: a recorder attached (``steps=[]``), the step inside ``recorder.step(n)`` as in the docs;
+  every hooked layer call still reaches the hook, which returns at once (in GRAPH_MODE: the compiled hook's call
+  into Python);
+* capturing every step: each layer's output copied to the host and written, the manifest rewritten; gradients too
+  (PyTorch reads ``.grad``; MindSpore PyNative ``record_gradients``; GRAPH_MODE's ``TrainOneStepCell`` returns none).
+  It runs a quarter of the steps per round, at most half of ``--steps`` (it writes every step, and the manifest,
+  rewritten after each, grows with them).
 
-Each variant is warmed up (compiled) first; the variants then train in interleaved rounds (rotating order) so the
-other processes on a shared machine slow all of them alike. Printed: median step time per variant and its ratio to
-plain training's.
+One process per framework and mode (``--worker``), so PyTorch and MindSpore never share one. Each variant is warmed
+up (compiled) first; the variants then train in interleaved rounds, rotating their order, so other work on a shared
+machine slows them alike (a round is at least ``--steps`` steps, more when steps are quick, so that it lasts
+``--round-seconds``). Printed: the median step per variant, its ratio to plain training's, the hooked calls a
+step makes (the forward records of a captured step) and the cost per hooked call; the 1-minute load average with each.
 
-Run: ``python benchmarks/layer_recorder_overhead.py [--rounds 5] [--steps 30]``.
+Run: ``.venv/bin/python benchmarks/layer_recorder_overhead.py [--quick] [--rounds 5] [--steps 10] [--batch 16]
+[--round-seconds 1] [--threads 1] [--nets cnn transformer] [--workers pytorch graph pynative] [--no-doc]``. Full
+runs rewrite the section "Layer recorder overhead" of ``docs/performance.md``; ``--quick`` (1 round of 4 steps, the
+CNN) writes nothing.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "examples" / "migration"), str(ROOT)]
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from lenet import synthetic_batches  # noqa: E402
+import perf_doc  # noqa: E402
+from bench_nets import NETS  # noqa: E402
+
+WORKERS = {"pytorch": "PyTorch", "graph": "MindSpore GRAPH_MODE", "pynative": "MindSpore PyNative"}
+VARIANTS = ("plain", "attached, not capturing", "capturing every step")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per variant (default 5)")
-    parser.add_argument("--steps", type=int, default=30, help="steps per round (default 30)")
-    args = parser.parse_args(argv)
+def _recorder_factory(worker: str, threads: int):
+    """(trainer class, recorder class, versions) for a worker, its framework imported, its mode and threads set."""
+    from bench_nets import MindSporeTrainer, TorchTrainer
+
+    if worker == "pytorch":
+        import torch
+
+        from msdebug_hooks.compare.torch import TorchLayerRecorder
+        if threads:
+            torch.set_num_threads(threads)
+        return TorchTrainer, TorchLayerRecorder, {"torch": torch.__version__, "torch threads": torch.get_num_threads()}
     os.environ.setdefault("GLOG_v", "3")
     import mindspore as ms
-    from mindspore import nn
 
-    from lenet_bn_mindspore import make_lenet_bn
     from msdebug_hooks.compare.mindspore_layers import LayerRecorder
+    ms.set_context(mode=ms.GRAPH_MODE if worker == "graph" else ms.PYNATIVE_MODE)
+    if threads:
+        ms.set_context(runtime_num_threads=threads)
+    return MindSporeTrainer, LayerRecorder, {"mindspore": ms.__version__}
 
-    ms.set_context(mode=ms.GRAPH_MODE)
-    workdir = Path(tempfile.mkdtemp(prefix="layer_recorder_bench_"))
-    batches = [(ms.Tensor(x), ms.Tensor(y)) for x, y in synthetic_batches(8, 32)]
 
-    def build(capture):
-        ms.set_seed(1)
-        net = make_lenet_bn()
+def measure_net(worker: str, net: str, args, workdir: Path) -> dict:
+    from msdebug_hooks.compare.layer_capture import FORWARD_OUTPUT, read_capture
+
+    trainer_class, recorder_class, _ = _recorder_factory(worker, args.threads)
+    variants = {}
+    for name, capture in zip(VARIANTS, (None, False, True)):
+        trainer = trainer_class(net, args.batch)
         recorder = None
         if capture is not None:
-            recorder = LayerRecorder(net, workdir / f"capture_{capture}", steps=None if capture else [])
-        loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-        cell = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), nn.Momentum(net.trainable_params(), 0.01, 0.9))
-        cell.set_train()
-        return cell, recorder
+            recorder = recorder_class(trainer.network, workdir / f"{net}_{len(variants)}",
+                                      steps=None if capture else [])
+            if worker == "pynative":
+                trainer.recorder = recorder
+        variants[name] = (trainer, recorder)
+    times: dict = {name: [] for name in VARIANTS}
+    step_numbers = {name: 0 for name in VARIANTS}
 
-    variants = {"plain": build(None), "not capturing": build(False), "capturing": build(True)}
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    step_numbers = {name: 0 for name in variants}
-
-    def run(name, steps, record):
-        cell, recorder = variants[name]
-        for index in range(steps):
-            x, y = batches[index % len(batches)]
+    def run(name: str, steps: int, record: bool) -> None:
+        trainer, recorder = variants[name]
+        if record:
+            times[name].append([])
+        for _ in range(steps):
             step_numbers[name] += 1
             start = time.perf_counter()
             if recorder is not None:
                 recorder.begin_step(step_numbers[name])
-            cell(x, y).asnumpy()
+            result = trainer.forward_backward(step_numbers[name])
             if recorder is not None:
                 recorder.end_step()
+            trainer.update(result)
             if record:
-                times[name].append(time.perf_counter() - start)
+                times[name][-1].append(time.perf_counter() - start)
 
-    for name in variants:  # compile and warm up
+    for name in VARIANTS:   # compile and warm up
         run(name, 3, record=False)
-    order = list(variants)
+    probe = time.perf_counter()
+    run(VARIANTS[0], 3, record=False)
+    step_s = (time.perf_counter() - probe) / 3   # quick steps get more per round: each round lasts >= --round-seconds
+    steps = max(args.steps, min(20 * args.steps, int(args.round_seconds / step_s)))
+    loads = []
     for round_index in range(args.rounds):
-        for name in order[round_index % len(order):] + order[:round_index % len(order)]:
-            run(name, args.steps, record=True)
-    plain = statistics.median(times["plain"])
-    print(f"LayerRecorder overhead, GRAPH_MODE, LeNet-BN batch 32, {args.rounds} rounds x {args.steps} steps "
-          f"per variant ({os.cpu_count()} CPUs; medians)")
-    for name, values in times.items():
-        median = statistics.median(values)
-        print(f"  {name:14s} {1000 * median:8.2f} ms/step   x{median / plain:5.2f} of plain")
-    shutil.rmtree(workdir, ignore_errors=True)
+        shift = round_index % len(VARIANTS)
+        for name in VARIANTS[shift:] + VARIANTS[:shift]:
+            run(name, steps if name != VARIANTS[2] else max(2, min(steps // 4, args.steps // 2)), record=True)
+        loads.append(perf_doc.load_1m())
+    capture = read_capture(variants[VARIANTS[2]][1].directory)
+    calls = len(capture.step_records(capture.steps[0], (FORWARD_OUTPUT,)))
+    for _, recorder in variants.values():
+        if recorder is not None:
+            recorder.remove()
+    medians = {name: statistics.median(t for one_round in rounds for t in one_round) for name, rounds in times.items()}
+    plain_rounds = [statistics.median(one_round) for one_round in times[VARIANTS[0]]]
+    round_ratios = {name: [statistics.median(one_round) / plain for one_round, plain in zip(rounds, plain_rounds)]
+                    for name, rounds in times.items()}
+    return {"net": net, "batch": args.batch, "medians_ms": {k: 1e3 * v for k, v in medians.items()},
+            "round_ratios": round_ratios, "steps": {k: sum(map(len, v)) for k, v in times.items()}, "calls": calls,
+            "loads": loads}
+
+
+def worker_main(args) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="recorder_bench_"))
+    try:
+        _, _, versions = _recorder_factory(args.worker, args.threads)
+        results = [measure_net(args.worker, net, args, workdir) for net in args.nets]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    Path(args.out).write_text(json.dumps({"worker": args.worker, "versions": versions, "nets": results}))
+    return 0
+
+
+def describe(result: dict) -> list:
+    """Table rows (and print lines) of one worker's result."""
+    rows = []
+    for net in result["nets"]:
+        plain = net["medians_ms"][VARIANTS[0]]
+        attached = net["medians_ms"][VARIANTS[1]]
+        capturing = net["medians_ms"][VARIANTS[2]]
+        per_call = 1e3 * (attached - plain) / net["calls"] if net["calls"] else float("nan")
+        spread = net["round_ratios"][VARIANTS[1]]
+        rows.append((WORKERS[result["worker"]], f"{net['net']}, batch {net['batch']}", f"{plain:.2f} ms",
+                     f"{attached:.2f} ms", f"**x{attached / plain:.2f}**", f"x{min(spread):.2f}-{max(spread):.2f}",
+                     f"{per_call:.0f} us", net["calls"], f"{capturing:.2f} ms", f"x{capturing / plain:.2f}",
+                     f"{net['steps'][VARIANTS[0]]}/{net['steps'][VARIANTS[1]]}/{net['steps'][VARIANTS[2]]}",
+                     " ".join(net["loads"])))
+    return rows
+
+
+HEADER = ("framework", "network", "plain step", "attached, not capturing", "x plain", "x plain, per round",
+          "per hooked call",
+          "hooked calls a step", "capturing every step", "x plain", "steps timed", "load (1 min), per round")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 round of 4 steps, the CNN, no doc")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per variant (default 5)")
+    parser.add_argument("--steps", type=int, default=10, help="steps per round, at least (default 10)")
+    parser.add_argument("--round-seconds", type=float, default=1.0,
+                        help="more steps per round (up to 20x --steps) for quick steps, so a round lasts this long")
+    parser.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads per framework (default 1: steady on a shared machine; 0: default)")
+    parser.add_argument("--nets", nargs="+", choices=NETS, default=list(NETS))
+    parser.add_argument("--workers", nargs="+", choices=list(WORKERS), default=list(WORKERS))
+    parser.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md")
+    parser.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.steps, args.round_seconds, args.nets = 1, 4, 0.0, ["cnn"]
+    if args.worker:
+        return worker_main(args)
+    section = perf_doc.Section("layer-recorder-overhead", "Layer recorder overhead", argv)
+    rows, versions = [], {}
+    with tempfile.TemporaryDirectory(prefix="recorder_bench_") as tmp:
+        for worker in args.workers:
+            out = Path(tmp) / f"{worker}.json"
+            command = [sys.executable, __file__, "--worker", worker, "--out", str(out), "--rounds", str(args.rounds),
+                       "--steps", str(args.steps), "--round-seconds", str(args.round_seconds),
+                       "--batch", str(args.batch), "--threads", str(args.threads),
+                       "--nets", *args.nets]
+            print(f"{WORKERS[worker]}: training {', '.join(args.nets)} ...", flush=True)
+            subprocess.run(command, check=True)
+            result = json.loads(out.read_text())
+            versions.update(result["versions"])
+            for row in describe(result):
+                rows.append(row)
+                print("  " + "; ".join(f"{h}: {c}" for h, c in zip(HEADER[1:], row[1:])).replace("**", ""),
+                      flush=True)
+    if args.quick or args.no_doc:
+        return 0
+    section.add(f"Batch {args.batch}, {args.threads or 'the default number of'} intra-op thread(s) per framework "
+                "(on a shared 2-core machine a second thread makes step times swing tenfold with the load). "
+                "Medians of the steps timed; ratios against plain training of the same network, measured in the same "
+                f"process in interleaved rounds (a round: at least {args.steps} steps, more for quick steps so that "
+                f"it lasts {args.round_seconds:g} s; capturing runs a quarter of that, at most {args.steps // 2}). "
+                "A step is the whole training step (forward, backward, update, the loss read on the host). "
+                "\"Per hooked call\" is the attached recorder's extra time divided by the layer calls it hooks a "
+                "step: a fixed cost per call, so a network whose layers compute more per call pays a smaller share. "
+                "\"Per round\" is the range of the ratio over the rounds (each round's median against plain's in "
+                "the same round): where it straddles x1.00 the recorder's cost is below what this machine's load "
+                "lets one see, and the per-call figure (even negative) is noise.", "")
+    section.table(HEADER, rows)
+    print(f"wrote {section.write(versions)}")
     return 0
 
 

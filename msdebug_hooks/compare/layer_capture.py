@@ -318,7 +318,7 @@ class Capture:
         hold what the manifest says."""
         path = self.directory / record.file
         try:
-            array = np.load(path, allow_pickle=False)
+            array = np.load(path, mmap_mode="r", allow_pickle=False)   # read in chunks by the comparison
         except FileNotFoundError:
             raise CaptureError(path, f"the .npy file the manifest lists for {record.name!r}",
                                detail="file missing") from None

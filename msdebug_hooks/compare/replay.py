@@ -102,7 +102,7 @@ def _replay_torch(model: Any, layer_name: str, inputs: list[np.ndarray]) -> list
     device = next(iter(model.parameters()), torch.empty(0)).device
     tensors = []
     for array in inputs:
-        tensor = torch.from_numpy(np.ascontiguousarray(array)).to(device)
+        tensor = torch.from_numpy(np.array(array, copy=True)).to(device)   # a capture's arrays are read-only maps
         tensors.append(tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor)
     with torch.no_grad():
         output = layer(*tensors)
@@ -116,6 +116,7 @@ def _replay_mindspore(model: Any, layer_name: str, inputs: list[np.ndarray]) -> 
 
     cell = _find_layer(dict(model.cells_and_names()), layer_name)
     dtype = _first_float_dtype(cell.get_parameters(), model.get_parameters())
+    inputs = [np.array(array, copy=True) for array in inputs]   # a capture's arrays are read-only maps
     tensors = [ms.Tensor(array, dtype=dtype) if dtype is not None and array.dtype.kind == "f" else ms.Tensor(array)
                for array in inputs]
     mode = ms.get_context("mode")

@@ -1,0 +1,123 @@
+"""What the benchmarks share: the machine facts printed with every figure, and ``docs/performance.md``, the one
+place measured figures live.
+
+Each benchmark owns one section of ``docs/performance.md`` between ``<!-- bench:NAME:start -->`` and
+``<!-- bench:NAME:end -->`` and rewrites it (heading included) at the end of a full run; ``--quick`` smoke runs and
+``--no-doc`` leave the file alone. Other docs link to a section (``docs/performance.md#replay-cost``) instead of
+copying its numbers, so a figure is never stale in one place and fresh in another.
+
+The machine is usually shared: every section says the cores, the CPU, the memory and the load average when the run
+started and ended, and the benchmarks print the 1-minute load average next to each figure. Compare the ratios of one
+run (measured together, in interleaved rounds) rather than absolute times across runs.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+import sys
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "performance.md"
+HEADER = """# Performance: what the tools cost, measured
+
+Every figure of this project's documentation that comes from a benchmark lives here, written by the benchmark
+itself (`benchmarks/*.py`, full runs; `--quick` smoke runs write nothing). Each section says the command, the date,
+the machine and its load while the run lasted: the test machines are small and shared, so read the ratios measured
+within one run (against the floor of the same work, in the same process) rather than absolute times. Rerun a
+benchmark to refresh its section; do not edit between the markers by hand.
+"""
+
+
+def load() -> str:
+    """The 1-, 5- and 15-minute load averages, e.g. ``1.93 2.10 2.25``."""
+    try:
+        return " ".join(f"{value:.2f}" for value in os.getloadavg())
+    except OSError:  # pragma: no cover - not on Linux/macOS
+        return "n/a"
+
+
+def load_1m() -> str:
+    """The 1-minute load average, printed next to each figure."""
+    return load().split()[0]
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> str:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return f"{int(line.split()[1]) / 2 ** 20:.0f} GiB"
+    except OSError:
+        pass
+    return "n/a"
+
+
+def machine(versions: Optional[dict] = None) -> str:
+    """One line: cores (usable/online), CPU model, memory, Python and the given package versions."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    parts = [f"{usable} usable cores of {os.cpu_count()} ({_cpu_model()})", f"{_memory_gib()} memory",
+             f"Python {platform.python_version()}"]
+    parts += [f"{name} {version}" for name, version in (versions or {}).items()]
+    return ", ".join(parts)
+
+
+class Section:
+    """A benchmark's section of ``docs/performance.md``: started when the run starts (date, load), written at the
+    end with the lines the benchmark collected."""
+
+    def __init__(self, name: str, title: str, argv: Optional[Sequence[str]] = None) -> None:
+        self.name = name
+        self.title = title
+        script = Path(sys.argv[0]).resolve()
+        try:
+            script_text = str(script.relative_to(ROOT))
+        except ValueError:
+            script_text = str(script)
+        args = sys.argv[1:] if argv is None else list(argv)
+        self.command = shlex.join([".venv/bin/python", script_text, *args])
+        self.started = datetime.datetime.now(datetime.timezone.utc)
+        self.load_start = load()
+        self.lines: list[str] = []
+
+    def add(self, *lines: str) -> None:
+        self.lines.extend(lines)
+
+    def table(self, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+        """A markdown table."""
+        self.lines.append("| " + " | ".join(header) + " |")
+        self.lines.append("|" + "---|" * len(header))
+        self.lines.extend("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows)
+        self.lines.append("")
+
+    def render(self, versions: Optional[dict] = None) -> str:
+        minutes = (datetime.datetime.now(datetime.timezone.utc) - self.started).total_seconds() / 60
+        head = [f"## {self.title}", "",
+                f"`{self.command}`, {self.started:%Y-%m-%d %H:%M} UTC, {minutes:.0f} min; {machine(versions)}; "
+                f"load average (1/5/15 min) {self.load_start} at the start, {load()} at the end.", ""]
+        return "\n".join(head + self.lines).rstrip("\n")
+
+    def write(self, versions: Optional[dict] = None, doc: Path = DOC) -> Path:
+        """Replace (or append) this section in ``doc``."""
+        start, end = f"<!-- bench:{self.name}:start -->", f"<!-- bench:{self.name}:end -->"
+        text = doc.read_text(encoding="utf-8") if doc.exists() else HEADER
+        block = f"{start}\n{self.render(versions)}\n{end}"
+        if start in text and end in text:
+            head, rest = text.split(start, 1)
+            text = head + block + rest.split(end, 1)[1]
+        else:
+            text = text.rstrip("\n") + "\n\n" + block + "\n"
+        doc.write_text(text, encoding="utf-8")
+        return doc
