@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import re
 import sys
 from typing import Optional, Tuple
@@ -24,6 +23,8 @@ def parse_version(text: str) -> Version:
 @functools.lru_cache(maxsize=1)
 def installed_version_string() -> Optional[str]:
     """The installed MindSpore's version, from package metadata (no import), or None if it is not installed."""
+    import importlib.metadata   # here: importing it costs ~15 ms, and most users of this module never ask
+
     for dist in ("mindspore", "mindspore-gpu", "mindspore-ascend"):
         try:
             return importlib.metadata.version(dist)

@@ -1,8 +1,10 @@
-"""DumpConfig against real MindSpore 2.10 (CPU).
+"""DumpConfig against real MindSpore (CPU): 2.10, and each older supported release whose verdicts are recorded.
 
-1. The corpus: every config in ``data/dump_configs/cases`` was run once through MindSpore by ``record_verdicts.py``;
-   our validator (target CPU) must agree with each recorded verdict, and where MindSpore dumped, our iteration model
-   must predict exactly which iterations it wrote.
+1. The corpus: every config in ``data/dump_configs/cases`` was run once through each MindSpore release by
+   ``record_verdicts.py`` (``verdicts-<version>.json``); our validator (target CPU) must agree with each recorded
+   verdict of each release, and where MindSpore dumped, our iteration model must predict exactly which iterations it
+   wrote. A few cases are run again live through the installed MindSpore (in the compatibility lane: 2.7.2) to show
+   its recorded verdicts are its own.
 2. Live: LeNet trained in a fresh process with an applied DumpConfig dumps exactly the selected iterations.
 """
 from __future__ import annotations
@@ -18,8 +20,11 @@ from msdebug_hooks.config.dump import DumpConfig, DumpConfigWarning
 from msdebug_hooks.errors import ConfigError
 
 DATA = Path(__file__).resolve().parent / "data" / "dump_configs"
-MANIFEST = json.loads((DATA / "verdicts.json").read_text())
+#: release -> its recorded manifest (verdicts-2.10.0.json, verdicts-2.7.2.json, ...)
+MANIFESTS = {m["mindspore_version"]: m for m in (json.loads(f.read_text()) for f in DATA.glob("verdicts-*.json"))}
+MANIFEST = MANIFESTS["2.10.0"]
 CASES = MANIFEST["cases"]
+RELEASE_CASES = [(release, name) for release in sorted(MANIFESTS) for name in sorted(MANIFESTS[release]["cases"])]
 
 
 def our_verdict(name: str) -> tuple[str, str, DumpConfig | None]:
@@ -34,18 +39,26 @@ def our_verdict(name: str) -> tuple[str, str, DumpConfig | None]:
     return "accepted", "", config
 
 
-def test_corpus_is_large_and_complete():
+@pytest.mark.parametrize("release", sorted(MANIFESTS))
+def test_corpus_is_large_and_complete(release):
     files = {p.stem for p in (DATA / "cases").glob("*.json")}
-    assert files == set(CASES), "every case file has a recorded MindSpore verdict (run record_verdicts.py)"
-    assert len(CASES) >= 25
-    assert MANIFEST["mindspore_version"].startswith("2.10") and MANIFEST["device_target"] == "CPU"
-    verdicts = [c["verdict"] for c in CASES.values()]
+    cases = MANIFESTS[release]["cases"]
+    assert files == set(cases), f"every case file has a verdict of MindSpore {release} (run record_verdicts.py)"
+    assert len(cases) >= 25 and MANIFESTS[release]["device_target"] == "CPU"
+    verdicts = [c["verdict"] for c in cases.values()]
     assert verdicts.count("rejected") >= 10 and verdicts.count("accepted") >= 10
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_validator_agrees_with_mindspore(name):
-    recorded = CASES[name]
+def test_every_supported_release_on_pypi_that_was_recorded_is_a_minor_version_of_ours():
+    from msdebug_hooks import mindspore_versions
+
+    assert {"2.10.0", "2.7.2"} <= set(MANIFESTS)
+    assert set(MANIFESTS) <= {r.version for r in mindspore_versions.RELEASES}
+
+
+@pytest.mark.parametrize("release, name", RELEASE_CASES)
+def test_validator_agrees_with_mindspore(release, name):
+    recorded = MANIFESTS[release]["cases"][name]
     verdict, message, config = our_verdict(name)
     assert verdict == recorded["verdict"], f"MindSpore: {recorded['error']}\nours: {message}"
     if verdict == "rejected":
@@ -61,13 +74,38 @@ def test_validator_agrees_with_mindspore(name):
     assert recorded["dumped_iterations"] == expected
 
 
-def test_corpus_agreement_summary(capsys):
-    agree = sum(our_verdict(name)[0] == case["verdict"] for name, case in CASES.items())
-    rejected = sum(case["verdict"] == "rejected" for case in CASES.values())
+@pytest.mark.parametrize("release", sorted(MANIFESTS))
+def test_corpus_agreement_summary(capsys, release):
+    cases = MANIFESTS[release]["cases"]
+    agree = sum(our_verdict(name)[0] == case["verdict"] for name, case in cases.items())
+    rejected = sum(case["verdict"] == "rejected" for case in cases.values())
     with capsys.disabled():
-        print(f"\ndump config corpus: {len(CASES)} configs, MindSpore 2.10 rejected {rejected}, "
-              f"validator agrees on {agree}/{len(CASES)}")
-    assert agree == len(CASES)
+        print(f"\ndump config corpus: {len(cases)} configs, MindSpore {release} rejected {rejected}, "
+              f"validator agrees on {agree}/{len(cases)}")
+    assert agree == len(cases)
+
+
+# a few cases of each kind, run again through the installed MindSpore (about 3 s each)
+LIVE_CASES = ("bad_dump_mode_3", "bad_iteration_empty", "bad_net_name_int", "ok_minimal", "ok_iteration_ranges")
+
+
+@pytest.mark.mindspore
+@pytest.mark.parametrize("name", LIVE_CASES)
+def test_recorded_verdicts_are_the_installed_mindspore_s_own(name):
+    """The installed release's parser, run now, gives the verdict and writes the iterations its manifest records."""
+    import importlib.util
+
+    from msdebug_hooks._mindspore import installed_version_string
+
+    release = installed_version_string()
+    assert release in MANIFESTS, f"no corpus verdicts recorded for MindSpore {release}: run record_verdicts.py"
+    spec = importlib.util.spec_from_file_location("record_verdicts", DATA / "record_verdicts.py")
+    recorder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recorder)
+    live = recorder.record(DATA / "cases" / f"{name}.json")
+    recorded = MANIFESTS[release]["cases"][name]
+    assert (live["verdict"], live["error"], live["dumped_iterations"]) == \
+        (recorded["verdict"], recorded["error"], recorded["dumped_iterations"])
 
 
 def test_without_a_target_every_config_mindspore_accepts_is_accepted():

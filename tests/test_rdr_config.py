@@ -108,8 +108,10 @@ def test_config_file_takes_precedence_over_environment_key_by_key():
 def test_support_is_decided_by_numeric_version():
     assert rdr_support((2, 3, 1))[0] is True
     assert rdr_support((1, 10, 0))[0] is True  # "1.10" > "1.2" numerically, still documented
-    assert rdr_support((2, 9, 0))[0] is None   # a string comparison would call "2.9" newer than "2.10"
-    assert rdr_support((2, 10, 0))[0] is False
+    assert rdr_support((2, 6, 0))[0] is None   # between the documented and the verified releases
+    assert rdr_support((2, 7, 0))[0] is True    # 2.7.0 still writes RDR data (run once; mindspore_versions)
+    assert rdr_support((2, 7, 1))[0] is False and rdr_support((2, 7, 2))[0] is False
+    assert rdr_support((2, 10, 0))[0] is False  # a string comparison would call "2.10" older than "2.7"
     assert rdr_support((3, 0))[0] is False
     assert "ignores RDR" in rdr_support((2, 10, 0))[1]
 

@@ -1,4 +1,8 @@
-"""``msdebug check-config FILE``: validate an existing dump JSON as MindSpore 2.10 would, before the job runs."""
+"""``msdebug check-config FILE``: validate an existing dump JSON as MindSpore would, before the job runs.
+
+The rules are MindSpore 2.10's parser's; 2.7.2, 2.8.0 and 2.9.0 judged the whole config corpus the same way
+(``mindspore_versions``).
+The verdict names the installed release, and warns when it is one the rules were not checked against."""
 from __future__ import annotations
 
 import argparse
@@ -39,7 +43,12 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{args.file}: error: {exc}")
             print(f"{args.file}: invalid")
             return EXIT_BAD_INPUT
+    from msdebug_hooks import mindspore_versions
+
     notes = list(config.warnings)
+    unchecked = mindspore_versions.dump_parser_note()
+    if unchecked:
+        notes.append(unchecked)
     try:
         config.dump_dir()
     except ConfigError as exc:
@@ -47,5 +56,6 @@ def _run(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"{args.file}: warning: {note}")
     where = f"on {args.target}" if args.target else "on CPU, GPU and Ascend (use --target for device rules)"
-    print(f"{args.file}: valid for MindSpore 2.10 {where}" + (f", {len(notes)} warning(s)" if notes else ""))
+    print(f"{args.file}: valid for MindSpore {mindspore_versions.installed_text()} {where}"
+          + (f", {len(notes)} warning(s)" if notes else ""))
     return EXIT_FOUND if notes and args.strict else EXIT_OK

@@ -1,7 +1,9 @@
 """``msdebug compare-dumps A B``: compare two sync dumps of the same network; name the first operator that parts.
 
 A is the run under test, B the reference (relative errors are against B). Operators are matched by full name, or,
-where op ids moved, by scope, op type, execution order and shape. Every matched output (and input) tensor gets
+where op ids moved, by scope, op type, execution order and shape. The report names the MindSpore version each dump
+records; dumps of two versions (an upgrade whose loss changed) also pair the scopes the versions built from different
+operators by what leaves them (docs/precision-comparison.md). Every matched output (and input) tensor gets
 cosine, max/mean absolute error, max relative error, the shares within 0.1 %/0.5 % relative error, NaN/Inf
 disagreement, |a-b|/|b| and a pass/warning/error verdict for its row. The first diverging operator is where the
 difference appears: the first output beyond the noise floor of its dtype, then read against its inputs (a weight
@@ -69,6 +71,26 @@ def _print_divergence(div) -> None:
     print(f"  {div.explanation()}")
 
 
+def _print_versions(result) -> None:
+    """Which MindSpore wrote each dump (from its .dump_metadata), and what is known to differ between the two."""
+    a, b = (v or "unknown (the dump does not record it)" for v in (result.version_a, result.version_b))
+    print(f"MindSpore: A {a}, B {b}")
+    for note in result.version_notes:
+        print(f"  across versions: {note}")
+
+
+def _print_regrouped(result) -> None:
+    regrouped = len(result.regrouped_a) + len(result.regrouped_b)
+    if regrouped:
+        print(f"regrouped: {len(result.regrouped_a)} operator(s) of A and {len(result.regrouped_b)} of B lie inside "
+              f"scopes the two versions built from different operators; each scope was compared by what leaves it")
+        for label, names in (("A", result.regrouped_a), ("B", result.regrouped_b)):
+            for name in names[:5]:
+                print(f"  inside, {label}: {name}")
+            if len(names) > 5:
+                print(f"  ... {len(names) - 5} more in {label} (see --json)")
+
+
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -97,8 +119,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     counts = result.counts()
     iterations = sorted({p.iteration for p in result.pairs})
+    _print_versions(result)
     print(f"compared {len(result.pairs)} tensor pairs (iterations {iterations}): "
           + ", ".join(f"{n} {verdict}" for verdict, n in counts.items()))
+    _print_regrouped(result)
     if result.unmatched_a or result.unmatched_b:
         print(f"unmatched: {len(result.unmatched_a)} node(s) only in A, {len(result.unmatched_b)} only in B")
         for label, names in (("A", result.unmatched_a), ("B", result.unmatched_b)):

@@ -1,7 +1,9 @@
-"""``msdebug env``: every MindSpore diagnostics variable set now, what it means, and what is wrong or ignored.
+"""``msdebug env``: every MindSpore diagnostics variable set now, what it means, and what is wrong or ignored; whether
+the installed MindSpore is one msdebug-hooks supports (2.7 to 2.10.x) and what differs in it from the newest.
 
 Exit 0 when nothing is wrong, 1 when a variable is invalid, ignored by the installed MindSpore, or does not exist
-(``GLOG_log_max``), 2 on bad options.
+(``GLOG_log_max``), or the installed MindSpore is not supported or cannot load here (a wheel for another platform);
+2 on bad options.
 """
 from __future__ import annotations
 
@@ -26,16 +28,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from msdebug_hooks import _mindspore
+    from msdebug_hooks import _mindspore, mindspore_versions
     from msdebug_hooks.config.env import PROBLEM, VARIABLES, inspect_env
 
     version_text = _mindspore.installed_version_string()
+    support, support_text = mindspore_versions.support()
+    differences = mindspore_versions.differences() if version_text else []
+    wheel = mindspore_versions.wheel_mismatch()
     reports = inspect_env(os.environ)
     problems = sum(1 for r in reports for f in r.findings if f.severity == PROBLEM)
+    problems += (support == mindspore_versions.UNSUPPORTED) + (wheel is not None)
     set_names = {r.name for r in reports if r.is_set}
     if args.json:
         data = {
             "mindspore": version_text,
+            "mindspore_support": {"status": support, "message": support_text, "differences": differences,
+                                  "wheel_problem": wheel},
             "problems": problems,
             "variables": [{"name": r.name, "value": r.value if r.is_set else None,
                            "meaning": r.variable.meaning if r.variable else None,
@@ -50,6 +58,11 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_FOUND if problems else EXIT_OK
 
     print(f"MindSpore {version_text or '(not installed)'}: {len(set_names)} diagnostics variable(s) set")
+    print(f"    {'PROBLEM: ' if support == mindspore_versions.UNSUPPORTED else ''}{support_text}")
+    if wheel:
+        print(f"    PROBLEM: {wheel}")
+    for line in differences:
+        print(f"    differs from {'.'.join(map(str, mindspore_versions.NEWEST))}: {line}")
     for report in reports:
         treatment = report.variable.treatment if report.variable else "unknown"
         shown = f"{report.name}={report.value}" if report.is_set else f"{report.name} (not set)"

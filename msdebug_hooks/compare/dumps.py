@@ -4,11 +4,11 @@ Built on the dump reader (``DumpDir`` lists the files, ``GraphIndex`` ties them 
 lines and the execution order); values are read with the header-checked ``npy.load`` and compared with
 :func:`msdebug_hooks.compare.metrics.compare_arrays`.
 
-Matching, per rank and graph: nodes are grouped by scope without the op id and the cells' class names, op type and
-kind (``.../_backbone/relu/ReLU`` for ``.../_backbone-LeNet5/relu-ReLU/ReLU-op2``). A group whose full names are the
-same in both dumps pairs by name. Otherwise (a layer added or removed moves the op ids, a class was renamed) the group
-pairs in execution order, each node of A with the next node of B whose output shapes are the same; what is left over
-is reported as unmatched.
+Matching, per rank and graph (:mod:`msdebug_hooks.compare.dump_matching`): by full name, else by scope, op type,
+execution order and shape; what is left over is reported as unmatched. Dumps written by different MindSpore versions
+(``.dump_metadata/config.json`` records it) also pair the scopes the versions built from different operators by what
+leaves them, and compare a tensor dumped in another shape with the same elements element by element (the facts are
+in :mod:`msdebug_hooks.mindspore_versions`); the report names both versions.
 
 Order: within an iteration, graph inputs first, then operators in execution order, then weights (MindSpore dumps
 parameters after the step). The first diverging operator is found with the noise model of
@@ -18,16 +18,18 @@ with the user's source line behind it in both dumps and whether its inputs alrea
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io as _io
 import json
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Union
 
+from msdebug_hooks import mindspore_versions
 from msdebug_hooks._files import atomic_write_text
 from msdebug_hooks.compare.dump_findings import Divergence, TensorPair, node_divergence, user_source  # noqa: F401
+from msdebug_hooks.compare.dump_matching import BY_DECOMPOSITION, BY_NAME, BY_ORDER, match_nodes, order_key  # noqa: F401
 from msdebug_hooks.compare.metrics import (ERROR, NOT_COMPARABLE, PASS, WARNING, TensorComparison, Tolerance,
                                            compare_arrays, not_comparable)
 from msdebug_hooks.dump import npy
@@ -38,9 +40,6 @@ from msdebug_hooks.dump.reader import DumpDir
 from msdebug_hooks.errors import ConfigError, DumpError
 
 PathLike = Union[str, Path]
-BY_NAME = "name"
-BY_ORDER = "scope+type+order+shape"
-_OP_ID = re.compile(r"-op\d+$")
 _DIVERGE_AT = {WARNING: (WARNING, ERROR), ERROR: (ERROR,)}
 
 
@@ -55,6 +54,17 @@ class DumpComparison:
     unmatched_a: list[str] = field(default_factory=list)
     unmatched_b: list[str] = field(default_factory=list)
     divergences: list[Divergence] = field(default_factory=list)
+    #: the MindSpore version each dump records (None: it does not say)
+    version_a: Optional[str] = None
+    version_b: Optional[str] = None
+    #: operators inside a scope the two versions built differently: paired by the scope's exit, not one to one
+    regrouped_a: list[str] = field(default_factory=list)
+    regrouped_b: list[str] = field(default_factory=list)
+
+    @property
+    def version_notes(self) -> list[str]:
+        """How the two versions' dumps are known to differ (empty for one version, or an unknown one)."""
+        return mindspore_versions.dump_differences(self.version_a, self.version_b)
 
     @property
     def first_divergence(self) -> Optional[Divergence]:
@@ -80,6 +90,8 @@ class DumpComparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {"dump_a": self.dump_a, "dump_b": self.dump_b, "diverge_at": self.diverge_at,
+                "mindspore_a": self.version_a, "mindspore_b": self.version_b, "version_notes": self.version_notes,
+                "regrouped_a": self.regrouped_a, "regrouped_b": self.regrouped_b,
                 "counts": self.counts(), "pairs_compared": self.compared,
                 "first_divergence": self.first_divergence.as_dict() if self.first_divergence else None,
                 "divergences": [d.as_dict() for d in self.divergences],
@@ -100,22 +112,7 @@ class DumpComparison:
         return atomic_write_text(path, buffer.getvalue(), mode=0o644)
 
 
-# --- matching -------------------------------------------------------------------------------------------------------
-
-def _order_key(info: NodeInfo) -> tuple:
-    return (info.order_group, info.exec_index if info.exec_index is not None else -1, info.name)
-
-
-def scope_key(name: str) -> str:
-    """A node's scope without op id and cell class names: ``Default/network-WithLossCell/_backbone-LeNet5/relu-ReLU/
-    ReLU-op2`` -> ``Default/network/_backbone/relu/ReLU``. Attribute names identify a cell; its class may be renamed."""
-    parts = _OP_ID.sub("", name).split("/")
-    return "/".join([part.split("-", 1)[0] for part in parts[:-1]] + parts[-1:])
-
-
-def _group_key(info: NodeInfo) -> tuple[str, str, str]:
-    return (info.node_type, scope_key(info.name), info.op_type)
-
+# --- matching: msdebug_hooks.compare.dump_matching -----------------------------------------------------------
 
 class _Side:
     """One dump: its index, and output shapes of its nodes at a sample iteration (for matching)."""
@@ -125,11 +122,12 @@ class _Side:
         if self.dump.layout != "sync":
             raise DumpError(self.dump.root, "a sync dump (rank_<id>/...)", detail=f"found a {self.dump.layout} dump")
         self.index = GraphIndex(self.dump)
+        self.version = self.dump.mindspore_version
 
     def nodes(self, rank: int, graph_id: int) -> list[NodeInfo]:
         return sorted((i for i in self.index.nodes.values()
                        if i.rank == rank and i.graph_id == graph_id and i.flat_name and i.node_type != CONSTANT),
-                      key=_order_key)
+                      key=order_key)
 
     def output_shapes(self, info: NodeInfo, iteration: int) -> Optional[tuple]:
         shapes = []
@@ -144,56 +142,6 @@ class _Side:
         return tuple(shapes)
 
 
-def _memoized(shape_of):
-    """Each node's output shapes are read (from file headers) once."""
-    seen: dict[str, Any] = {}
-
-    def lookup(info: NodeInfo):
-        if info.name not in seen:
-            seen[info.name] = shape_of(info)
-        return seen[info.name]
-    return lookup
-
-
-def match_nodes(nodes_a: Sequence[NodeInfo], nodes_b: Sequence[NodeInfo], shape_a, shape_b
-                ) -> tuple[list[tuple[NodeInfo, NodeInfo, str]], list[NodeInfo], list[NodeInfo]]:
-    """Pair nodes by full name where a group's names agree, else by order and output shape (see module doc)."""
-    shape_a, shape_b = _memoized(shape_a), _memoized(shape_b)
-    groups_a: dict[tuple, list[NodeInfo]] = defaultdict(list)
-    groups_b: dict[tuple, list[NodeInfo]] = defaultdict(list)
-    for info in nodes_a:
-        groups_a[_group_key(info)].append(info)
-    for info in nodes_b:
-        groups_b[_group_key(info)].append(info)
-    pairs: list[tuple[NodeInfo, NodeInfo, str]] = []
-    unmatched_a: list[NodeInfo] = []
-    unmatched_b: list[NodeInfo] = []
-    for key, members_a in groups_a.items():
-        members_b = groups_b.pop(key, [])
-        if [i.name for i in members_a] == [i.name for i in members_b]:
-            pairs.extend((ia, ib, BY_NAME) for ia, ib in zip(members_a, members_b))
-            continue
-        start = 0
-        used = set()
-        for ia in members_a:
-            wanted = shape_a(ia)
-            for position in range(start, len(members_b)):
-                ib = members_b[position]
-                got = shape_b(ib)
-                if wanted is None or got is None or wanted == got:
-                    pairs.append((ia, ib, BY_ORDER))
-                    used.add(position)
-                    start = position + 1
-                    break
-            else:
-                unmatched_a.append(ia)
-        unmatched_b.extend(ib for position, ib in enumerate(members_b) if position not in used)
-    for members_b in groups_b.values():
-        unmatched_b.extend(members_b)
-    pairs.sort(key=lambda p: _order_key(p[0]))
-    return pairs, unmatched_a, unmatched_b
-
-
 # --- comparing ------------------------------------------------------------------------------------------------------
 
 def _load(found: TensorFile, side: str) -> Any:
@@ -205,8 +153,12 @@ def _load(found: TensorFile, side: str) -> Any:
         return f"{side}: {found.path}: cannot be read ({exc})"
 
 
-def compare_files(file_a: TensorFile, file_b: TensorFile, tolerance: Optional[Tolerance] = None) -> TensorComparison:
-    """Compare two dumped tensor files; an unreadable or truncated file is a ``not comparable`` result."""
+def compare_files(file_a: TensorFile, file_b: TensorFile, tolerance: Optional[Tolerance] = None, *,
+                  any_shape: bool = False) -> TensorComparison:
+    """Compare two dumped tensor files; an unreadable or truncated file is a ``not comparable`` result.
+
+    ``any_shape``: two versions' dumps of one tensor may differ in shape alone (2.8+ write reshape outputs in the
+    input's shape); with the same number of elements they are compared in memory order and the reason says so."""
     a = _load(file_a, "A")
     b = _load(file_b, "B")
     if isinstance(a, str) or isinstance(b, str):
@@ -214,6 +166,10 @@ def compare_files(file_a: TensorFile, file_b: TensorFile, tolerance: Optional[To
                               shape_a=getattr(a, "shape", None), shape_b=getattr(b, "shape", None),
                               dtype_a=getattr(getattr(a, "dtype", None), "name", ""),
                               dtype_b=getattr(getattr(b, "dtype", None), "name", ""))
+    if any_shape and a.shape != b.shape and a.size == b.size:
+        result = compare_arrays(a.reshape(b.shape), b, tolerance)
+        return dataclasses.replace(result, shape_a=tuple(a.shape), reason=f"{result.reason} (compared element by "
+                                   f"element: dumped as {list(a.shape)} and {list(b.shape)})")
     return compare_arrays(a, b, tolerance)
 
 
@@ -257,6 +213,9 @@ class DumpComparer:
         self.diverge_at = diverge_at
         self._a = _Side(dump_a)
         self._b = _Side(dump_b)
+        #: the dumps come from different MindSpore versions: the cross-version rules apply
+        self.across_versions = mindspore_versions.versions_differ(self._a.version, self._b.version)
+        self._regrouped: tuple[list[str], list[str]] = ([], [])
 
     # ---- what to compare ----------------------------------------------------------------------------------------
     def _rank_pairs(self) -> list[tuple[int, int]]:
@@ -282,6 +241,7 @@ class DumpComparer:
     def _plan(self):
         """(iteration, rank_a, rank_b, graph_id, matches) to compare, plus the unmatched names."""
         plan, unmatched_a, unmatched_b = [], [], []
+        self._regrouped = ([], [])
         iterations_seen: set[int] = set()
         for rank_a, rank_b in self._rank_pairs():
             graphs = sorted(set(self._a.dump.graphs(rank_a)) & set(self._b.dump.graphs(rank_b)))
@@ -291,11 +251,18 @@ class DumpComparer:
                     continue
                 iterations_seen.update(iterations)
                 sample = iterations[0]
-                matches, only_a, only_b = match_nodes(
+                graph_a, graph_b = self._a.index.graph_names.get((rank_a, graph_id)), \
+                    self._b.index.graph_names.get((rank_b, graph_id))
+                matches, only_a, only_b, inner_a, inner_b = match_nodes(
                     self._a.nodes(rank_a, graph_id), self._b.nodes(rank_b, graph_id),
-                    lambda info: self._a.output_shapes(info, sample), lambda info: self._b.output_shapes(info, sample))
+                    lambda info: self._a.output_shapes(info, sample), lambda info: self._b.output_shapes(info, sample),
+                    across_versions=self.across_versions,
+                    lookup_a=lambda name: self._a.index.node(rank_a, graph_a, name),
+                    lookup_b=lambda name: self._b.index.node(rank_b, graph_b, name))
                 unmatched_a += [f"rank {rank_a} graph {graph_id}: {i.name}" for i in only_a]
                 unmatched_b += [f"rank {rank_b} graph {graph_id}: {i.name}" for i in only_b]
+                self._regrouped[0].extend(f"rank {rank_a} graph {graph_id}: {i.name}" for i in inner_a)
+                self._regrouped[1].extend(f"rank {rank_b} graph {graph_id}: {i.name}" for i in inner_b)
                 for iteration in iterations:
                     plan.append((iteration, rank_a, rank_b, graph_id, matches))
         if not iterations_seen:
@@ -311,7 +278,8 @@ class DumpComparer:
         ios = ("output", "input") if self.inputs else ("output",)
         for iteration, rank_a, rank_b, graph_id, matches in plan:
             for position, (ia, ib, how) in enumerate(matches):
-                for io in ios:
+                # the exit of a scope built differently: its inputs are the versions' own intermediate values
+                for io in (ios if how != BY_DECOMPOSITION else ("output",)):
                     slots_a = ia.output_slots if io == "output" else ia.input_slots
                     slots_b = ib.output_slots if io == "output" else ib.input_slots
                     for slot in sorted(set(slots_a) | set(slots_b)):
@@ -330,7 +298,9 @@ class DumpComparer:
         plan, unmatched_a, unmatched_b = self._plan()
         tasks = self._tasks(plan)
         result = DumpComparison(str(self._a.dump.root), str(self._b.dump.root), self.diverge_at,
-                                unmatched_a=unmatched_a, unmatched_b=unmatched_b)
+                                unmatched_a=unmatched_a, unmatched_b=unmatched_b, version_a=self._a.version,
+                                version_b=self._b.version, regrouped_a=list(self._regrouped[0]),
+                                regrouped_b=list(self._regrouped[1]))
         bar = tqdm(tasks, desc="comparing tensors", unit="tensor", disable=None if progress is None else not progress,
                    leave=False)
         for iteration, rank_a, rank_b, graph_id, position, ia, ib, how, io, slot, fa, fb in bar:
@@ -338,7 +308,7 @@ class DumpComparer:
                 missing = "A" if fa is None else "B"
                 comparison = not_comparable(f"{io} {slot} not dumped in {missing} at iteration {iteration}")
             else:
-                comparison = compare_files(fa, fb, self.tolerance)
+                comparison = compare_files(fa, fb, self.tolerance, any_shape=self.across_versions)
             result.pairs.append(TensorPair(iteration, rank_a, rank_b, graph_id, position, ia.name, ib.name,
                                            ia.op_type, io, slot, how, comparison,
                                            str(fa.path) if fa else "", str(fb.path) if fb else ""))

@@ -303,20 +303,24 @@ def compiled_graph_count() -> int:
     """How many graphs MindSpore has compiled in this process, read from its compile caches without importing it.
 
     0 when MindSpore is not imported. The caches hold the phases of live cells and ``jit`` functions (MindSpore 2.10:
-    ``mindspore.graph.api.ms_compile_cache`` / ``cells_compile_cache``); a cell that was garbage-collected takes its
-    entry with it, so 0 is "no compiled graph that is still alive".
+    ``mindspore.graph.api.ms_compile_cache`` / ``cells_compile_cache``; where each version keeps them is in
+    ``mindspore_versions``); a cell that was garbage-collected takes its entry with it, so 0 is "no compiled graph that
+    is still alive".
     """
+    from msdebug_hooks.mindspore_versions import COMPILE_CACHE_MODULES, TRACE_CACHE_MODULES
+
     count = 0
-    for name in ("mindspore.graph.api", "mindspore.common.api"):
+    for name in COMPILE_CACHE_MODULES:
         api = sys.modules.get(name)
         if api is None:
             continue
         count += len(getattr(api, "ms_compile_cache", None) or ())
         cells = getattr(api, "cells_compile_cache", None) or {}
         count += sum(len(phases) for phases in list(cells.values()))
-    trace = sys.modules.get("mindspore.graph.jit_trace")
-    if trace is not None:
-        count += len(getattr(trace, "_trace_compile_cache", None) or ())
+    for name in TRACE_CACHE_MODULES:
+        trace = sys.modules.get(name)
+        if trace is not None:
+            count += len(getattr(trace, "_trace_compile_cache", None) or ())
     return count
 
 

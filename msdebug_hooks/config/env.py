@@ -142,8 +142,9 @@ VARIABLES: Tuple[EnvVariable, ...] = (
 BY_NAME: Dict[str, EnvVariable] = {v.name: v for v in VARIABLES}
 _FAMILY = re.compile(r"^(GLOG_|VLOG_|MS_RDR|MS_DEBUGGER|MSDEBUG_|ENABLE_MS_DEBUG|MS_SUBMODULE|MINDSPORE_DUMP|MS_DUMP|"
                      r"MS_DIAGNOSTIC|logger_)", re.IGNORECASE)
-# the "does not exist" verdict is only certain for the version it was checked on
-_VERIFIED = (2, 10)
+# the "does not exist" verdict is only certain for the versions it was checked on (the names searched for in the
+# packages of 2.7.2, 2.8.0, 2.9.0 and 2.10.0: msdebug_hooks/mindspore_versions.py)
+_VERIFIED = ((2, 7), (2, 8), (2, 9), (2, 10))
 
 
 def _finding_from_error(exc: ConfigError) -> Finding:
@@ -366,8 +367,8 @@ def inspect_env(environ: Optional[Mapping[str, str]] = None,
             items.extend(check(value))
         if variable.treatment == IGNORED and variable.group == "debugger":
             items.append(Finding(PROBLEM, f"{variable.name} is ignored: MindSpore 2.10 has no online debugger"))
-        if variable.treatment == MISSING and version and version[:2] != _VERIFIED and not items:
-            items.append(Finding(NOTE, f"checked on MindSpore 2.10; installed is {'.'.join(map(str, version))}"))
+        if variable.treatment == MISSING and version and version[:2] not in _VERIFIED and not items:
+            items.append(Finding(NOTE, f"checked on MindSpore 2.7-2.10; installed is {'.'.join(map(str, version))}"))
         reports.append(VariableReport(variable.name, value, variable, items))
     reported = {r.name for r in reports}
     for name, items in findings.items():  # problems about variables that are not set at all

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from msdebug_hooks.config._common import ConfigWarning, did_you_mean, strict_int
+from msdebug_hooks.mindspore_versions import installed_text as _installed_text, log_submodules
 from msdebug_hooks.errors import ConfigError, ConfigErrors
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -24,13 +25,8 @@ LEVEL_NAMES = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _LEVELS_ALLOWED = "0-4 or a name: 0/DEBUG, 1/INFO, 2/WARNING, 3/ERROR, 4/CRITICAL (case-insensitive)"
 _ENV_LEVELS_ALLOWED = "a single digit 0-4 (0-DEBUG, 1-INFO, 2-WARNING, 3-ERROR, 4-CRITICAL)"
 
-#: The 39 C++ submodule names MindSpore 2.10 knows (the order of its ``libmindspore_core.so`` string table).
-SUBMODULES_2_10 = (
-    "UNKNOWN", "CORE", "ANALYZER", "COMMON", "DEBUG", "OFFLINE_DEBUG", "DEVICE", "GE_ADPT", "IR", "KERNEL", "MD", "ME",
-    "EXPRESS", "OPTIMIZER", "PARALLEL", "PARSER", "PIPELINE", "PRE_ACT", "PYNATIVE", "SESSION", "UTILS", "VM",
-    "PROFILER", "PS", "PI", "FL", "DISTRIBUTED", "LITE", "ARMOUR", "HCCL_ADPT", "RUNTIME_FRAMEWORK", "GE", "API",
-    "SYMBOLIC_SHAPE", "GRAPH_KERNEL", "TRACE", "INTERNAL_KERNEL", "EXTENSION", "HYPER_OFFLOAD",
-)
+#: The 39 C++ submodule names MindSpore 2.10 knows; each version's list is in ``mindspore_versions.log_submodules``.
+SUBMODULES_2_10 = log_submodules((2, 10))
 
 #: Every variable a LogConfig renders, in rendering order.
 LOG_VARIABLES = ("GLOG_v", "GLOG_logtostderr", "GLOG_log_dir", "GLOG_stderrthreshold", "MS_SUBMODULE_LOG_v",
@@ -105,7 +101,7 @@ class LogConfig:
         level: ``GLOG_v``, the level for everything (Python and C++): ``"DEBUG"``/``"INFO"``/``"WARNING"``/
             ``"ERROR"``/``"CRITICAL"`` (any case) or 0-4. MindSpore's default is WARNING.
         submodules: ``MS_SUBMODULE_LOG_v``, per-C++-submodule levels that override ``level`` there, e.g.
-            ``{"PARSER": "WARNING", "ANALYZER": 2}``. Names are MindSpore 2.10's 39 submodules (case-sensitive).
+            ``{"PARSER": "WARNING", "ANALYZER": 2}``. Names are the installed MindSpore's submodules (2.10: 39).
         to_stderr: ``GLOG_logtostderr``. True (default) logs to the screen; False logs to files under ``log_dir``.
         log_dir: ``GLOG_log_dir``, absolute; required when ``to_stderr=False``. Logs land in
             ``<log_dir>/rank_<id>/logs/`` (see ``log_location()``).
@@ -212,10 +208,11 @@ class LogConfig:
         errors: List[ConfigError] = []
         levels: Dict[str, int] = {}
         for name, level in value.items():
-            if not isinstance(name, str) or name not in SUBMODULES_2_10:
-                hint = did_you_mean(str(name), SUBMODULES_2_10)
+            known = log_submodules()   # the installed MindSpore's (2.7-2.9 lack HYPER_OFFLOAD)
+            if not isinstance(name, str) or name not in known:
+                hint = did_you_mean(str(name), known)
                 errors.append(ConfigError(
-                    f"{field}[{name!r}]", name, "one of MindSpore 2.10's submodules: " + ", ".join(SUBMODULES_2_10),
+                    f"{field}[{name!r}]", name, f"one of MindSpore {_installed_text()}'s submodules: " + ", ".join(known),
                     detail=(hint + " " if hint else "") + "names are case-sensitive; MindSpore only warns "
                     "'Undefined module name' and ignores it"))
                 continue

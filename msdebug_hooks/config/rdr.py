@@ -7,8 +7,9 @@ key present in the file override them. Data went to ``<path>/rank_<RANK_ID>/rdr/
 
 MindSpore 2.10 reads neither: its binaries contain no RDR code and nothing is written (checked by running it), and
 ``env_config_path`` is deprecated there (it warns) with a parser that reads only ``{"sys": {"mem_reuse": bool}}``.
-RDR is documented up to MindSpore 2.3; for 2.4 to 2.9 we have no evidence either way. ``apply()`` therefore warns,
-by installed version, instead of pretending the recorder is on.
+Nor do 2.7.1 to 2.9.0 (no ``MS_RDR_*`` name anywhere in their packages), while 2.7.0 still writes RDR data (run
+once: ``mindspore_versions``). RDR is documented up to MindSpore 2.3; for 2.4 to 2.6 we have no evidence either way. ``apply()`` therefore warns, by
+installed version, instead of pretending the recorder is on.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 from msdebug_hooks._files import atomic_write_text
 from msdebug_hooks.config._common import ConfigWarning, did_you_mean
 from msdebug_hooks.errors import ConfigError, ConfigErrors
+from msdebug_hooks.mindspore_versions import RDR_ABSENT_SINCE, RDR_VERIFIED_PRESENT
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -31,7 +33,7 @@ _RDR_KEYS = ("enable", "mode", "path")
 
 #: Last version whose documentation describes RDR, and first version verified to ignore it.
 RDR_LAST_DOCUMENTED = (2, 3)
-RDR_VERIFIED_ABSENT = (2, 10)
+RDR_VERIFIED_ABSENT = RDR_ABSENT_SINCE
 
 
 class RDRNotSupportedWarning(ConfigWarning):
@@ -41,7 +43,8 @@ class RDRNotSupportedWarning(ConfigWarning):
 def rdr_support(version: Optional[Tuple[int, ...]] = None) -> Tuple[Optional[bool], str]:
     """``(supported, explanation)`` for a MindSpore version (default: the installed one, read without importing).
 
-    ``supported`` is True up to 2.3 (documented), False from 2.10 on (verified), None when unknown.
+    ``supported`` is True up to 2.3 (documented) and for 2.7.0 (run), False from 2.7.1 on (verified), None when
+    unknown.
     """
     if version is None:
         from msdebug_hooks import _mindspore  # lazily: importlib.metadata costs ~15 ms at import
@@ -54,9 +57,9 @@ def rdr_support(version: Optional[Tuple[int, ...]] = None) -> Tuple[Optional[boo
         return False, (f"MindSpore {text} ignores RDR: its binaries contain no RDR code and MS_RDR_* / the 'rdr' "
                        "section of env_config_path are never read, so no RDR data will be written. Use a dump "
                        "(DumpConfig) and the logs (LogConfig) to investigate a failure instead.")
-    if version[:2] <= RDR_LAST_DOCUMENTED:
-        return True, f"MindSpore {text} documents RDR; data goes to <path>/rank_<RANK_ID>/rdr/."
-    return None, (f"MindSpore {text}: RDR is documented up to 2.3 and absent from 2.10; whether this version reads "
+    if version[:2] <= RDR_LAST_DOCUMENTED or tuple(version[:3]) in RDR_VERIFIED_PRESENT:
+        return True, f"MindSpore {text} reads RDR; data goes to <path>/rank_<RANK_ID>/rdr/."
+    return None, (f"MindSpore {text}: RDR is documented up to 2.3, read by 2.7.0 and absent from 2.7.1 on; whether this version reads "
                   "it was not verified. Check for <path>/rank_<RANK_ID>/rdr/ after a run.")
 
 

@@ -172,6 +172,19 @@ class DumpDir:
                     raise DumpError(path, "a JSON file", detail=str(exc)) from None
         return result
 
+    @property
+    def mindspore_version(self) -> Optional[str]:
+        """The MindSpore version that wrote the dump (``ms_version`` in ``.dump_metadata/config.json``, written by
+        2.7-2.10 sync dumps), or None when no rank records it (an async dump, a copy without the metadata)."""
+        for rank in self.ranks():
+            try:
+                found = self.metadata(rank).get("config", {}).get("ms_version")
+            except (DumpError, AttributeError):
+                continue
+            if isinstance(found, str) and found:
+                return found
+        return None
+
     def __repr__(self) -> str:
         return f"DumpDir({str(self.root)!r}, layout={self.layout}, ranks={self.ranks()})"
 

@@ -1,10 +1,12 @@
-"""Record MindSpore's own verdict on every dump config in ``cases/`` into ``verdicts.json``.
+"""Record MindSpore's own verdict on every dump config in ``cases/`` into ``verdicts-<version>.json``.
 
-Run once, by hand, whenever a case is added (about 3 s per case; the missing-``e2e_dump_settings`` case costs 3 s
-more in MindSpore's own sleeps)::
+Run once, by hand, with the interpreter of each supported MindSpore, whenever a case is added (about 3 s per case;
+the missing-``e2e_dump_settings`` case costs 3 s more in MindSpore's own sleeps)::
 
-    .venv/bin/python tests/data/dump_configs/record_verdicts.py            # every case
+    .venv/bin/python tests/data/dump_configs/record_verdicts.py            # every case -> verdicts-2.10.0.json
     .venv/bin/python tests/data/dump_configs/record_verdicts.py NAME ...   # only these (merged into the manifest)
+    /tmp/ms27/bin/python tests/data/dump_configs/record_verdicts.py        # a venv with MindSpore 2.7.2 and
+                                                                           # `pip install --no-deps .` -> verdicts-2.7.2.json
 
 Each case runs in a fresh interpreter (MindSpore parses ``MINDSPORE_DUMP_CONFIG`` once per process, at the first graph
 compile): LeNet in GRAPH_MODE on the CPU, three training steps, with ``MINDSPORE_DUMP_CONFIG`` pointing at the case file
@@ -26,7 +28,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 CASES = HERE / "cases"
-MANIFEST = HERE / "verdicts.json"
 DUMP_ROOT = Path("/tmp/msdebug-dump-corpus")  # every case's "path" lives under here
 
 # Extra environment for particular cases (the rest run with MS_DIAGNOSTIC_DATA_PATH unset).
@@ -108,8 +109,11 @@ def record(case: Path) -> dict:
 def main(names: list[str]) -> int:
     from importlib.metadata import version
 
-    manifest = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {"cases": {}}
-    manifest.update({"mindspore_version": version("mindspore"), "device_target": "CPU",
+    mindspore_version = version("mindspore")
+    manifest_file = HERE / f"verdicts-{mindspore_version}.json"
+    manifest = json.loads(manifest_file.read_text()) if manifest_file.exists() else {"cases": {}}
+    manifest.update({"mindspore_version": mindspore_version, "device_target": "CPU",
+                     "python": sys.version.split()[0],
                      "how": "LeNet, GRAPH_MODE, 3 training steps, MINDSPORE_DUMP_CONFIG=<case file>; "
                             "recorded by record_verdicts.py"})
     cases = sorted(CASES.glob("*.json"))
@@ -120,7 +124,7 @@ def main(names: list[str]) -> int:
         manifest["cases"][case.stem] = entry
         print(f"{case.stem:45s} {entry['verdict']:9s} {entry['seconds']:5.1f}s {entry['error'] or ''}", flush=True)
     manifest["cases"] = dict(sorted(manifest["cases"].items()))
-    MANIFEST.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+    manifest_file.write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     return 0
 
 
