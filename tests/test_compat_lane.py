@@ -32,6 +32,7 @@ SUBSET = (
     "tests/test_server_acceptance.py",
     "tests/test_debugger_mindinsight_e2e.py",
     "tests/test_compare_layers_mindspore.py",
+    "tests/test_layer_layouts.py",
     "tests/test_compare_dumps.py",
     "tests/test_compare_versions.py",
     "tests/test_mindspore_versions.py",
