@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -169,35 +168,16 @@ def main(argv=None) -> int:
     parser.add_argument("--round-seconds", type=float, default=1.0,
                         help="more steps per round (up to 20x --steps) for quick steps, so a round lasts this long")
     parser.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="intra-op threads per framework (default 1: steady on a shared machine; 0: default)")
-    parser.add_argument("--nets", nargs="+", choices=NETS, default=list(NETS))
-    parser.add_argument("--workers", nargs="+", choices=list(WORKERS), default=list(WORKERS))
-    parser.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md")
-    parser.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    perf_doc.add_worker_arguments(parser, NETS, WORKERS)
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.steps, args.round_seconds, args.nets = 1, 4, 0.0, ["cnn"]
     if args.worker:
         return worker_main(args)
     section = perf_doc.Section("layer-recorder-overhead", "Layer recorder overhead", argv)
-    rows, versions = [], {}
-    with tempfile.TemporaryDirectory(prefix="recorder_bench_") as tmp:
-        for worker in args.workers:
-            out = Path(tmp) / f"{worker}.json"
-            command = [sys.executable, __file__, "--worker", worker, "--out", str(out), "--rounds", str(args.rounds),
-                       "--steps", str(args.steps), "--round-seconds", str(args.round_seconds),
-                       "--batch", str(args.batch), "--threads", str(args.threads),
-                       "--nets", *args.nets]
-            print(f"{WORKERS[worker]}: training {', '.join(args.nets)} ...", flush=True)
-            subprocess.run(command, check=True)
-            result = json.loads(out.read_text())
-            versions.update(result["versions"])
-            for row in describe(result):
-                rows.append(row)
-                print("  " + "; ".join(f"{h}: {c}" for h, c in zip(HEADER[1:], row[1:])).replace("**", ""),
-                      flush=True)
+    rows, versions = perf_doc.run_workers(__file__, args, WORKERS, [
+        "--rounds", str(args.rounds), "--steps", str(args.steps), "--round-seconds", str(args.round_seconds),
+        "--batch", str(args.batch)], describe, HEADER, doing="training ")
     if args.quick or args.no_doc:
         return 0
     section.add(f"Batch {args.batch}, {args.threads or 'the default number of'} intra-op thread(s) per framework "

@@ -12,6 +12,7 @@ run (measured together, in interleaved rounds) rather than absolute times across
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -121,3 +122,38 @@ class Section:
             text = text.rstrip("\n") + "\n\n" + block + "\n"
         doc.write_text(text, encoding="utf-8")
         return doc
+
+
+def add_worker_arguments(parser, nets: Sequence[str], workers: dict) -> None:
+    """The options every benchmark with one worker process per framework/mode shares."""
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads per framework (default 1: steady on a shared machine; 0: default)")
+    parser.add_argument("--nets", nargs="+", choices=list(nets), default=list(nets))
+    parser.add_argument("--workers", nargs="+", choices=list(workers), default=list(workers))
+    parser.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md")
+    parser.add_argument("--worker", choices=list(workers), help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+
+
+def run_workers(script: str, args, workers: dict, worker_options: Sequence[str], describe, header: Sequence[str],
+                doing: str = "") -> tuple:
+    """Run ``script --worker W`` for each chosen worker (one process each, so each framework and mode starts fresh),
+    print each row as it comes and return ``(rows, versions)``."""
+    import json
+    import subprocess
+    import tempfile
+
+    rows, versions = [], {}
+    with tempfile.TemporaryDirectory(prefix="bench_") as tmp:
+        for worker in args.workers:
+            out = Path(tmp) / f"{worker}.json"
+            print(f"{workers[worker]}: {doing}{', '.join(args.nets)} ...", flush=True)
+            subprocess.run([sys.executable, script, "--worker", worker, "--out", str(out), *worker_options,
+                            "--threads", str(args.threads), "--nets", *args.nets], check=True)
+            result = json.loads(out.read_text())
+            versions.update(result["versions"])
+            for row in describe(result):
+                rows.append(row)
+                print("  " + "; ".join(f"{h}: {c}" for h, c in zip(header[1:], row[1:])).replace("**", "")
+                      .replace("`", ""), flush=True)
+    return rows, versions

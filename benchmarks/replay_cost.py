@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -154,33 +153,15 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0,
                         help="more rounds (up to 20x --rounds) until a layer has run this long (default 3)")
     parser.add_argument("--batch", type=int, default=32, help="batch size of the captured step (default 32)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="intra-op threads per framework (default 1: steady on a shared machine; 0: default)")
-    parser.add_argument("--nets", nargs="+", choices=NETS, default=list(NETS))
-    parser.add_argument("--workers", nargs="+", choices=list(WORKERS), default=list(WORKERS))
-    parser.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md")
-    parser.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    perf_doc.add_worker_arguments(parser, NETS, WORKERS)
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.seconds, args.nets = 5, 0.0, ["cnn"]
     if args.worker:
         return worker_main(args)
     section = perf_doc.Section("replay-cost", "Replay cost", argv)
-    rows, versions = [], {}
-    with tempfile.TemporaryDirectory(prefix="replay_bench_") as tmp:
-        for worker in args.workers:
-            out = Path(tmp) / f"{worker}.json"
-            print(f"{WORKERS[worker]}: {', '.join(args.nets)} ...", flush=True)
-            subprocess.run([sys.executable, __file__, "--worker", worker, "--out", str(out), "--rounds",
-                            str(args.rounds), "--seconds", str(args.seconds), "--batch", str(args.batch),
-                            "--threads", str(args.threads), "--nets", *args.nets], check=True)
-            result = json.loads(out.read_text())
-            versions.update(result["versions"])
-            for row in describe(result):
-                rows.append(row)
-                print("  " + "; ".join(f"{h}: {c}" for h, c in zip(HEADER[1:], row[1:])).replace("**", "")
-                      .replace("`", ""), flush=True)
+    rows, versions = perf_doc.run_workers(__file__, args, WORKERS, [
+        "--rounds", str(args.rounds), "--seconds", str(args.seconds), "--batch", str(args.batch)], describe, HEADER)
     if args.quick or args.no_doc:
         return 0
     section.add(f"Medians of at least {args.rounds} interleaved rounds per layer (more for quick layers, up to "

@@ -162,7 +162,7 @@ def _render(node: _Node, marked: Optional[str], out: list) -> None:
         kinds = sorted({pair.record_a.kind for _, pair, _ in child.records})
         opened = on_path or child.error is None or not math.isfinite(child.error) or child.error > _OPEN_ABOVE
         classes = "node" + (" marked" if is_marked else "") + (" open" if opened else "")
-        attributes = f' id="first-divergence"' if is_marked else ""
+        attributes = ' id="first-divergence"' if is_marked else ""
         label = (f'<span class="swatch" style="background:{error_colour(child.error)}"></span>'
                  f'<span class="name">{html.escape(child.name)}</span> <span class="err">{_size(child.error)}</span>'
                  + (f' <span class="kinds">{html.escape(", ".join(kinds))}</span>' if kinds else "")

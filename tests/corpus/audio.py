@@ -17,8 +17,8 @@ the converted state.
 """
 from __future__ import annotations
 
-import numpy as np
 
+from corpus.batches import labelled_batches, mindspore_batch, torch_batch  # noqa: F401 (the interface)
 from corpus.plants import PortPlants
 
 NAME = "audio"
@@ -31,23 +31,11 @@ LSTM_TENSORS = tuple(f"lstm.{kind}_{part}_l0{direction}" for direction in ("", "
 
 def make_batches(num_steps: int, batch_size: int, seed: int = 0) -> list:
     """``[(features float32 [B, 8, 16], labels int32 [B])]``, the same on every side."""
-    rng = np.random.default_rng(seed)
-    return [(rng.standard_normal((batch_size, BANDS, FRAMES)).astype(np.float32),
-             rng.integers(0, CLASSES, size=(batch_size,)).astype(np.int32)) for _ in range(num_steps)]
+    return labelled_batches((BANDS, FRAMES), CLASSES, num_steps, batch_size, seed)
 
 
 def eval_batch(batch_size: int) -> tuple:
     return make_batches(1, batch_size, seed=1234)[0]
-
-
-def torch_batch(x: np.ndarray, y: np.ndarray, dtype):
-    import torch
-    return torch.from_numpy(x).to(dtype), torch.from_numpy(y).long()
-
-
-def mindspore_batch(x: np.ndarray, y: np.ndarray):
-    import mindspore as ms
-    return ms.Tensor(x), ms.Tensor(y)
 
 
 def build_torch(seed: int = 0):

@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from corpus.batches import mindspore_batch  # noqa: F401 (the interface)
 from corpus.plants import PortPlants
 
 NAME = "transformer"
@@ -43,11 +44,6 @@ def eval_batch(batch_size: int) -> tuple:
 def torch_batch(x: np.ndarray, y: np.ndarray, dtype):
     import torch
     return torch.from_numpy(x).long(), torch.from_numpy(y).long()
-
-
-def mindspore_batch(x: np.ndarray, y: np.ndarray):
-    import mindspore as ms
-    return ms.Tensor(x), ms.Tensor(y)
 
 
 def build_torch(seed: int = 0):
