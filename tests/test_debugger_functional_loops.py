@@ -6,32 +6,24 @@ trainings of ``examples/functional_train.py``; step N is the N-th optimizer call
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, fresh_env, run_python
+from conftest import EXAMPLES, run_python
 from mindinsight_server import free_port
 from server_training import eventually, training
+
+from msdebug_cli import cli_env, run_msdebug  # noqa: E402
 
 pytestmark = [pytest.mark.mindspore, pytest.mark.timeout(300)]
 
 SCRIPT = EXAMPLES / "functional_train.py"
 
 
-def _env() -> dict:
-    env = fresh_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), str(ROOT)])
-    env.pop("ENABLE_MS_DEBUGGER", None)
-    return env
-
-
-def _msdebug(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "msdebug_hooks", *args], env=_env(), capture_output=True,
-                          text=True, timeout=timeout)
+_env, _msdebug = cli_env, run_msdebug
 
 
 def _rows(out: str, text: str) -> list[list[str]]:

@@ -4,7 +4,6 @@ hits, 0 without, 2 on bad input); ``msdebug serve`` for a training started elsew
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -13,25 +12,18 @@ import time
 import pexpect
 import pytest
 
-from conftest import EXAMPLES, ROOT, fresh_env
+from conftest import EXAMPLES
 from mindinsight_server import free_port
 from server_training import PLAIN, training
+
+from msdebug_cli import cli_env, run_msdebug  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(300)]
 
 PROMPT = r"\(msdebug job 1 step (\d+) (\w+)\) "
 
 
-def _env() -> dict:
-    env = fresh_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), str(ROOT)])
-    env.pop("ENABLE_MS_DEBUGGER", None)
-    return env
-
-
-def _msdebug(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "msdebug_hooks", *args], env=_env(), capture_output=True,
-                          text=True, timeout=timeout)
+_env, _msdebug = cli_env, run_msdebug
 
 
 @pytest.mark.mindspore
