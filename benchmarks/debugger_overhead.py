@@ -74,7 +74,7 @@ sys.path.insert(0, str(ROOT))
 import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb  # noqa: E402
+from msdebug_hooks.wire import debug_grpc_pb2 as pb  # noqa: E402
 
 RAW_METHOD = "/bench.Raw/Push"
 WEIGHTS = ["conv1.weight", "conv2.weight", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight",
@@ -475,7 +475,7 @@ def _big_graph():
 def _view_throughput(repeats: int) -> tuple[float, float]:
     import numpy as np
 
-    from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+    from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
     from msdebug_hooks.debugger.session import DebuggerSession
     from msdebug_hooks.debugger.tensors import NetworkTensors
     from msdebug_hooks.debugger.transport import CHUNK_BYTES, Transport
@@ -520,7 +520,7 @@ class _OpsServer(_ContinueServer):
         self.ops: list[tuple[str, str]] = []
 
     def SendGraph(self, iterator, context):
-        from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+        from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 
         graph = graph_pb.GraphProto.FromString(b"".join(chunk.buffer for chunk in iterator))
         self.ops = [(n.full_name, n.op_type) for n in graph.node if n.full_name and n.HasField("output_type")]
@@ -558,7 +558,7 @@ def serve_ops() -> None:
 
 
 def graph_pb_tensor():
-    from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+    from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 
     return graph_pb.TensorProto
 

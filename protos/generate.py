@@ -1,15 +1,15 @@
-"""Regenerate msdebug_hooks/_proto/ from the .proto files beside this script.
+"""Regenerate msdebug_hooks/wire/ from the .proto files beside this script.
 
 Usage (from anywhere; see protos/README.md):
 
-    python protos/generate.py           # rewrite msdebug_hooks/_proto/*_pb2*.py
+    python protos/generate.py           # rewrite msdebug_hooks/wire/*_pb2*.py
     python protos/generate.py --check   # exit 1 if the committed code differs from a fresh generation
 
 Why a script and not a bare ``grpc_tools.protoc`` call:
 
-* The generated modules must import each other inside the package (``from msdebug_hooks._proto import
+* The generated modules must import each other inside the package (``from msdebug_hooks.wire import
   ms_graph_pb2``), and protoc derives that import from the path a .proto file is compiled under. So the files are
-  copied into a temporary tree laid out as ``msdebug_hooks/_proto/`` and the ``import`` line is rewritten to match.
+  copied into a temporary tree laid out as ``msdebug_hooks/wire/`` and the ``import`` line is rewritten to match.
 * Generated code refuses to load on a protobuf runtime older than the protoc that generated it. The project
   supports protobuf >= 7.34.1 (MindSpore 2.10's floor), but every grpcio-tools release that targets protobuf 7
   bundles protoc 35.x (gencode 7.35.1). So generation is pinned to grpcio-tools GRPC_TOOLS_VERSION, whose protoc
@@ -29,7 +29,7 @@ from pathlib import Path
 
 GRPC_TOOLS_VERSION = "1.80.0"   # bundled protoc 31.1 -> gencode protobuf 6.31.1
 PROTO_FILES = ("ms_graph.proto", "debug_grpc.proto")
-PACKAGE_DIR = Path("msdebug_hooks") / "_proto"
+PACKAGE_DIR = Path("msdebug_hooks") / "wire"
 GENERATED = ("ms_graph_pb2.py", "ms_graph_pb2.pyi", "debug_grpc_pb2.py", "debug_grpc_pb2.pyi",
              "debug_grpc_pb2_grpc.py")
 
@@ -57,7 +57,7 @@ def _protoc_python(workdir: Path) -> str:
 
 
 def _layout_sources(workdir: Path) -> Path:
-    """Copy the .proto files under ``workdir/src/msdebug_hooks/_proto/`` with package-relative imports."""
+    """Copy the .proto files under ``workdir/src/msdebug_hooks/wire/`` with package-relative imports."""
     src_root = workdir / "src"
     target = src_root / PACKAGE_DIR
     target.mkdir(parents=True)

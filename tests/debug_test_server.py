@@ -15,9 +15,9 @@ from typing import Callable
 
 import grpc
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import debug_grpc_pb2_grpc as pb_grpc
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import debug_grpc_pb2_grpc as pb_grpc
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 
 OK = pb.EventReply(status=pb.EventReply.OK)
 

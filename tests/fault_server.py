@@ -16,8 +16,8 @@ from typing import Callable, Optional
 
 import grpc
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 
 from debug_test_server import DebugTestServer, Recorded, _Servicer
 

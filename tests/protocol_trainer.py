@@ -11,8 +11,8 @@ from typing import Optional
 
 import grpc
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 
 F32 = graph_pb.TypeProto(data_type=graph_pb.DT_TENSOR,
                          tensor_type=graph_pb.TypeProto.Tensor(elem_type=graph_pb.DT_FLOAT32))

@@ -583,7 +583,7 @@ def test_non_contiguous_views_pair_with_previous_in_c_order():
 
 
 def test_from_protocol_reads_protobuf_watch_conditions():
-    pb = pytest.importorskip("msdebug_hooks._proto.debug_grpc_pb2")
+    pb = pytest.importorskip("msdebug_hooks.wire.debug_grpc_pb2")
     wc = pb.WatchCondition(condition=21)
     for name, value, disabled in [("range_start_inclusive", -1, False), ("range_end_inclusive", 1, False),
                                   ("range_percentage_lt", 0, True), ("range_percentage_gt", 30, False),

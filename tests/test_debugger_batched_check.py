@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.conditions import check_many
 from msdebug_hooks.debugger.graph import DebugGraph, GraphParameter
 from msdebug_hooks.debugger.sources import ValuesByName

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.debugger.progress import ProgressLine
 from msdebug_hooks.debugger.settings import DebuggerSettings, validate_address
 from msdebug_hooks.errors import ConfigError, ConfigErrors
@@ -291,7 +291,7 @@ def test_waiting_for_a_server_that_starts_later_logs_progress_then_connects(capl
     import threading
 
     from msdebug_hooks.debugger.graph import DebugGraph
-    from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+    from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
     from msdebug_hooks.debugger.session import DebuggerSession, SessionState
     from msdebug_hooks.debugger.transport import Transport
 

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
 
 from conftest import EXAMPLES, ROOT
 from fault_server import RUN, FaultServer
@@ -156,7 +156,7 @@ def test_slow_answers_to_views_and_hits_do_not_stop_the_session():
     """Session level: a view whose answer times out is logged and the session keeps obeying commands."""
     import numpy as np
 
-    from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+    from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
     from msdebug_hooks.debugger.graph import DebugGraph, GraphParameter
     from msdebug_hooks.debugger.session import Decision, DebuggerSession
     from msdebug_hooks.debugger.transport import Transport
@@ -204,7 +204,7 @@ def test_ctrl_c_while_paused_ends_the_job_promptly(tmp_path):
 def _tiny_session(server, **options):
     import numpy as np
 
-    from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+    from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
     from msdebug_hooks.debugger.graph import DebugGraph
     from msdebug_hooks.debugger.session import DebuggerSession
     from msdebug_hooks.debugger.transport import Transport

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.debugger.graph import build_graph, scope_of
 from msdebug_hooks.debugger.transport import Transport
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.conditions import _engine
 from msdebug_hooks.debugger.session import Decision
 from msdebug_hooks.debugger.sources import ValuesByName

@@ -9,8 +9,8 @@ from typing import Callable, Sequence, TypeVar
 import numpy as np
 import pytest
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.transport import Transport
 
 from transport_test_calls import send_tensors, start_wait_cmd

@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.dtypes import data_type, numpy_dtype, wire_array
 from msdebug_hooks.debugger.heartbeat import Heartbeat
 from msdebug_hooks.debugger.transport import Transport

@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.graph import DebugGraph, GraphParameter
 from msdebug_hooks.debugger.session import Decision, DebuggerSession, SessionState
 from msdebug_hooks.debugger.transport import Transport

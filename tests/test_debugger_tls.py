@@ -30,7 +30,7 @@ def _pem(path) -> bytes:
 def _session(address: str, tls: TlsConfig):
     import numpy as np
 
-    from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+    from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
     from msdebug_hooks.debugger.graph import DebugGraph
     from msdebug_hooks.debugger.session import DebuggerSession
     from msdebug_hooks.debugger.transport import Transport

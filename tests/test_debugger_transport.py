@@ -6,8 +6,8 @@ import threading
 import numpy as np
 import pytest
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.transport import (
     CHUNK_BYTES, RequestTimeout, ServerError, ServerUnavailable, Transport, TransportClosed, graph_chunks)
 

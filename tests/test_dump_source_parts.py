@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.dump_source import DumpTensorSource, scratch_base, source_options_from_env
 from msdebug_hooks.debugger.pb_graph import (debug_graph_from_dump, mindinsight_source_address, output_count,
                                              read_model_graph)

@@ -52,7 +52,7 @@ print(json.dumps(out, sort_keys=True))
 ROUND_TRIP = r'''
 import sys
 import google.protobuf
-from msdebug_hooks._proto import debug_grpc_pb2 as pb, ms_graph_pb2 as graph, debug_grpc_pb2_grpc as rpc
+from msdebug_hooks.wire import debug_grpc_pb2 as pb, ms_graph_pb2 as graph, debug_grpc_pb2_grpc as rpc
 assert "ms_graph_pb2" not in sys.modules and "debug_grpc_pb2" not in sys.modules, "absolute gencode import leaked"
 hit = pb.WatchpointHit(id=3, error_code=4,
     tensor=graph.TensorProto(node_name="Default/net/fc.weight", slot="0", finished=True),
@@ -84,7 +84,7 @@ def test_generated_modules_import_inside_the_package_and_round_trip():
 
 
 def test_service_has_the_nine_rpcs_with_mindinsight_paths():
-    from msdebug_hooks._proto import debug_grpc_pb2 as pb
+    from msdebug_hooks.wire import debug_grpc_pb2 as pb
 
     service = pb.DESCRIPTOR.services_by_name["EventListener"]
     assert service.full_name == "debugger.EventListener"
@@ -99,8 +99,8 @@ def test_service_has_the_nine_rpcs_with_mindinsight_paths():
 @pytest.mark.timeout(600)
 def test_descriptors_match_mindinsight_2_3_1(mindinsight_venv):
     """Every message, field (number, type, repeated, message/enum type, oneof), enum value and RPC equals MindInsight's."""
-    ours = json.loads(_run(sys.executable, DUMP_DESCRIPTORS, "msdebug_hooks._proto.ms_graph_pb2",
-                           "msdebug_hooks._proto.debug_grpc_pb2"))
+    ours = json.loads(_run(sys.executable, DUMP_DESCRIPTORS, "msdebug_hooks.wire.ms_graph_pb2",
+                           "msdebug_hooks.wire.debug_grpc_pb2"))
     theirs = json.loads(_run(venv_python(mindinsight_venv), DUMP_DESCRIPTORS,
                              "mindinsight.domain.graph.proto.ms_graph_pb2", "mindinsight.debugger.proto.debug_grpc_pb2"))
     assert sorted(ours["packages"]) == sorted(theirs["packages"]) == ["debugger", "mindinsight.domain.graph"]
@@ -115,7 +115,7 @@ def test_descriptors_match_mindinsight_2_3_1(mindinsight_venv):
 @pytest.mark.timeout(600)
 def test_bytes_we_write_are_what_mindinsight_reads(mindinsight_venv):
     """A SetCMD-bearing reply and a chunked tensor, serialised here, parse in MindInsight and re-serialise equal."""
-    from msdebug_hooks._proto import debug_grpc_pb2 as pb, ms_graph_pb2 as graph
+    from msdebug_hooks.wire import debug_grpc_pb2 as pb, ms_graph_pb2 as graph
 
     messages = {
         "debug_grpc_pb2.EventReply": pb.EventReply(set_cmd=pb.SetCMD(id=2, watch_nodes=[pb.WatchNode(

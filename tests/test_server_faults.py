@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from server_training import eventually as _eventually, training
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.server import DebuggerServer, JobLost, JobState
 
 pytestmark = [pytest.mark.mindspore, pytest.mark.timeout(300)]

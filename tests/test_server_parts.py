@@ -9,8 +9,8 @@ import grpc
 import numpy as np
 import pytest
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.conditions import TensorRangeCondition, TensorUnchangedCondition
 from msdebug_hooks.server import DebuggerServer, JobState
 from msdebug_hooks.server import commands

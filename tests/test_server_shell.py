@@ -18,7 +18,7 @@ import numpy as np
 import pexpect
 import pytest
 
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.graph import DebugGraph, GraphParameter
 from msdebug_hooks.debugger.session import Decision, DebuggerSession
 from msdebug_hooks.debugger.sources import ValuesByName

@@ -11,8 +11,8 @@ from typing import Iterable, Iterator, Sequence
 
 import grpc
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.transport import (CHUNK_BYTES, RequestTimeout, Transport, TransportClosed, _map_error,
                                               _parse_reply, _payload_budget, graph_chunks)
 

@@ -11,7 +11,7 @@ and gradients while needed), ``transport`` (channel, deadlines, 3 MiB chunking, 
 -> ``GraphProto``), ``heartbeat`` (liveness thread), ``client_facts`` (what our client tells our server beyond the
 protocol: its process, rank and world, the error it ended with), ``progress`` (the "training paused" line), ``dtypes`` (NumPy <->
 protocol types), ``validate`` (every server reply checked before it is obeyed), ``interrupt`` (Ctrl-C while paused
-raises KeyboardInterrupt). The wire format is in ``protos/`` (generated code in ``msdebug_hooks._proto``). The dump
+raises KeyboardInterrupt). The wire format is in ``protos/`` (generated code in ``msdebug_hooks.wire``). The dump
 tensor source (every operator's outputs): ``dump_source`` (per-step dump -> values), ``dump_scratch`` (scratch
 directory, env settings, early set-up), ``pb_graph`` (the dump's ``.pb`` graph, made ready for MindInsight).
 Hand-written training loops (no ``Model.train``): ``functional_loop`` (the driver: when a step ends, attaching,

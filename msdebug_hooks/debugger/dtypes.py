@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 
 _NUMPY_TO_DT = {
     np.dtype(np.bool_): graph_pb.DT_BOOL,

@@ -12,7 +12,7 @@ import threading
 from typing import Callable, Optional
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.debugger.transport import TransportError
 
 _LOG = get_logger("debugger")

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.graph import DebugGraph, GraphParameter
 from msdebug_hooks.errors import DumpError
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.debugger.transport import MessageTooLarge, ServerError, Transport, TransportClosed, TransportError
 from msdebug_hooks.debugger.validate import RateLimitedLog, check_reply
 

@@ -34,7 +34,7 @@ import time
 from typing import Callable, Optional, Union
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.debugger.client_facts import error_note, heartbeat_message
 from msdebug_hooks.debugger.free_run import FREE_RUN_LEVEL, WATCH_NODE, FreeRun
 from msdebug_hooks.debugger.graph import DebugGraph

@@ -39,8 +39,8 @@ from typing import Callable, Iterable, Iterator, TypeVar
 
 import grpc
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 
 __all__ = [
     "CHUNK_BYTES", "Transport", "TransportError", "ServerUnavailable", "RequestTimeout", "MessageTooLarge",

@@ -17,7 +17,7 @@ import math
 import time
 from typing import Optional
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.debugger.free_run import FREE_RUN_LEVEL
 
 __all__ = ["check_reply", "RateLimitedLog", "MAX_VIEW_TENSORS", "MAX_WATCH_NODES", "MAX_NAME_CHARS",

@@ -11,8 +11,8 @@ from typing import Optional
 import numpy as np
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.sources import TensorSource
 from msdebug_hooks.debugger.transport import Transport, TransportError
 from msdebug_hooks.debugger.validate import RateLimitedLog

@@ -18,8 +18,8 @@ from typing import Callable, Iterable, Optional
 
 import numpy as np
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.conditions import Condition, ConditionResult, find_hits, should_evaluate, warm_up_statistics
 from msdebug_hooks.conditions.protocol import from_protocol
 from msdebug_hooks.debugger.graph import DebugGraph

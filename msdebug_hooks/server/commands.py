@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.conditions import Condition
 from msdebug_hooks.debugger.free_run import FREE_RUN_LEVEL
 from msdebug_hooks.server.graph import Node

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.dump.ir_trace import StackFrame, parse_trace_line
 
 __all__ = ["Node", "JobGraph", "CATEGORIES", "parse_graph"]

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import grpc
 from google.protobuf.message import DecodeError
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
-from msdebug_hooks._proto import ms_graph_pb2 as graph_pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.server import commands
 from msdebug_hooks.server.graph import parse_graph
 from msdebug_hooks.server.tensors import assemble

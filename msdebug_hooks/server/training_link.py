@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from msdebug_hooks._proto import debug_grpc_pb2 as pb
+from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.debugger.client_facts import parse_error, parse_heartbeat
 from msdebug_hooks.debugger.free_run import WATCH_NODE
 from msdebug_hooks.server import commands

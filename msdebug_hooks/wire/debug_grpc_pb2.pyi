@@ -1,4 +1,4 @@
-from msdebug_hooks._proto import ms_graph_pb2 as _ms_graph_pb2
+from msdebug_hooks.wire import ms_graph_pb2 as _ms_graph_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor

@@ -3,8 +3,8 @@
 import grpc
 import warnings
 
-from msdebug_hooks._proto import debug_grpc_pb2 as msdebug__hooks_dot___proto_dot_debug__grpc__pb2
-from msdebug_hooks._proto import ms_graph_pb2 as msdebug__hooks_dot___proto_dot_ms__graph__pb2
+from msdebug_hooks.wire import debug_grpc_pb2 as msdebug__hooks_dot_wire_dot_debug__grpc__pb2
+from msdebug_hooks.wire import ms_graph_pb2 as msdebug__hooks_dot_wire_dot_ms__graph__pb2
 
 GRPC_GENERATED_VERSION = '1.80.0'
 GRPC_VERSION = grpc.__version__
@@ -19,7 +19,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in msdebug_hooks/_proto/debug_grpc_pb2_grpc.py depends on'
+        + ' but the generated code in msdebug_hooks/wire/debug_grpc_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -38,48 +38,48 @@ class EventListenerStub(object):
         """
         self.WaitCMD = channel.unary_unary(
                 '/debugger.EventListener/WaitCMD',
-                request_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Metadata.SerializeToString,
-                response_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+                request_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Metadata.SerializeToString,
+                response_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
                 _registered_method=True)
         self.SendMetadata = channel.unary_unary(
                 '/debugger.EventListener/SendMetadata',
-                request_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Metadata.SerializeToString,
-                response_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+                request_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Metadata.SerializeToString,
+                response_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
                 _registered_method=True)
         self.SendGraph = channel.stream_unary(
                 '/debugger.EventListener/SendGraph',
-                request_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Chunk.SerializeToString,
-                response_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+                request_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Chunk.SerializeToString,
+                response_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
                 _registered_method=True)
         self.SendMultiGraphs = channel.stream_unary(
                 '/debugger.EventListener/SendMultiGraphs',
-                request_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Chunk.SerializeToString,
-                response_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+                request_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Chunk.SerializeToString,
+                response_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
                 _registered_method=True)
         self.SendTensors = channel.stream_unary(
                 '/debugger.EventListener/SendTensors',
-                request_serializer=msdebug__hooks_dot___proto_dot_ms__graph__pb2.TensorProto.SerializeToString,
-                response_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+                request_serializer=msdebug__hooks_dot_wire_dot_ms__graph__pb2.TensorProto.SerializeToString,
+                response_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
                 _registered_method=True)
         self.SendTensorBase = channel.stream_unary(
                 '/debugger.EventListener/SendTensorBase',
-                request_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.TensorBase.SerializeToString,
-                response_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+                request_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.TensorBase.SerializeToString,
+                response_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
                 _registered_method=True)
         self.SendTensorStats = channel.stream_unary(
                 '/debugger.EventListener/SendTensorStats',
-                request_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.TensorSummary.SerializeToString,
-                response_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+                request_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.TensorSummary.SerializeToString,
+                response_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
                 _registered_method=True)
         self.SendWatchpointHits = channel.stream_unary(
                 '/debugger.EventListener/SendWatchpointHits',
-                request_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.WatchpointHit.SerializeToString,
-                response_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+                request_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.WatchpointHit.SerializeToString,
+                response_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
                 _registered_method=True)
         self.SendHeartbeat = channel.unary_unary(
                 '/debugger.EventListener/SendHeartbeat',
-                request_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Heartbeat.SerializeToString,
-                response_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+                request_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Heartbeat.SerializeToString,
+                response_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
                 _registered_method=True)
 
 
@@ -155,48 +155,48 @@ def add_EventListenerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'WaitCMD': grpc.unary_unary_rpc_method_handler(
                     servicer.WaitCMD,
-                    request_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Metadata.FromString,
-                    response_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.SerializeToString,
+                    request_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Metadata.FromString,
+                    response_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.SerializeToString,
             ),
             'SendMetadata': grpc.unary_unary_rpc_method_handler(
                     servicer.SendMetadata,
-                    request_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Metadata.FromString,
-                    response_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.SerializeToString,
+                    request_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Metadata.FromString,
+                    response_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.SerializeToString,
             ),
             'SendGraph': grpc.stream_unary_rpc_method_handler(
                     servicer.SendGraph,
-                    request_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Chunk.FromString,
-                    response_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.SerializeToString,
+                    request_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Chunk.FromString,
+                    response_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.SerializeToString,
             ),
             'SendMultiGraphs': grpc.stream_unary_rpc_method_handler(
                     servicer.SendMultiGraphs,
-                    request_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Chunk.FromString,
-                    response_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.SerializeToString,
+                    request_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Chunk.FromString,
+                    response_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.SerializeToString,
             ),
             'SendTensors': grpc.stream_unary_rpc_method_handler(
                     servicer.SendTensors,
-                    request_deserializer=msdebug__hooks_dot___proto_dot_ms__graph__pb2.TensorProto.FromString,
-                    response_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.SerializeToString,
+                    request_deserializer=msdebug__hooks_dot_wire_dot_ms__graph__pb2.TensorProto.FromString,
+                    response_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.SerializeToString,
             ),
             'SendTensorBase': grpc.stream_unary_rpc_method_handler(
                     servicer.SendTensorBase,
-                    request_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.TensorBase.FromString,
-                    response_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.SerializeToString,
+                    request_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.TensorBase.FromString,
+                    response_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.SerializeToString,
             ),
             'SendTensorStats': grpc.stream_unary_rpc_method_handler(
                     servicer.SendTensorStats,
-                    request_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.TensorSummary.FromString,
-                    response_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.SerializeToString,
+                    request_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.TensorSummary.FromString,
+                    response_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.SerializeToString,
             ),
             'SendWatchpointHits': grpc.stream_unary_rpc_method_handler(
                     servicer.SendWatchpointHits,
-                    request_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.WatchpointHit.FromString,
-                    response_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.SerializeToString,
+                    request_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.WatchpointHit.FromString,
+                    response_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.SerializeToString,
             ),
             'SendHeartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.SendHeartbeat,
-                    request_deserializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Heartbeat.FromString,
-                    response_serializer=msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.SerializeToString,
+                    request_deserializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Heartbeat.FromString,
+                    response_serializer=msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -225,8 +225,8 @@ class EventListener(object):
             request,
             target,
             '/debugger.EventListener/WaitCMD',
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Metadata.SerializeToString,
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Metadata.SerializeToString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -252,8 +252,8 @@ class EventListener(object):
             request,
             target,
             '/debugger.EventListener/SendMetadata',
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Metadata.SerializeToString,
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Metadata.SerializeToString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -279,8 +279,8 @@ class EventListener(object):
             request_iterator,
             target,
             '/debugger.EventListener/SendGraph',
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Chunk.SerializeToString,
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Chunk.SerializeToString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -306,8 +306,8 @@ class EventListener(object):
             request_iterator,
             target,
             '/debugger.EventListener/SendMultiGraphs',
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Chunk.SerializeToString,
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Chunk.SerializeToString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -333,8 +333,8 @@ class EventListener(object):
             request_iterator,
             target,
             '/debugger.EventListener/SendTensors',
-            msdebug__hooks_dot___proto_dot_ms__graph__pb2.TensorProto.SerializeToString,
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+            msdebug__hooks_dot_wire_dot_ms__graph__pb2.TensorProto.SerializeToString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -360,8 +360,8 @@ class EventListener(object):
             request_iterator,
             target,
             '/debugger.EventListener/SendTensorBase',
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.TensorBase.SerializeToString,
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.TensorBase.SerializeToString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -387,8 +387,8 @@ class EventListener(object):
             request_iterator,
             target,
             '/debugger.EventListener/SendTensorStats',
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.TensorSummary.SerializeToString,
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.TensorSummary.SerializeToString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -414,8 +414,8 @@ class EventListener(object):
             request_iterator,
             target,
             '/debugger.EventListener/SendWatchpointHits',
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.WatchpointHit.SerializeToString,
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.WatchpointHit.SerializeToString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -441,8 +441,8 @@ class EventListener(object):
             request,
             target,
             '/debugger.EventListener/SendHeartbeat',
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.Heartbeat.SerializeToString,
-            msdebug__hooks_dot___proto_dot_debug__grpc__pb2.EventReply.FromString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.Heartbeat.SerializeToString,
+            msdebug__hooks_dot_wire_dot_debug__grpc__pb2.EventReply.FromString,
             options,
             channel_credentials,
             insecure,
