@@ -12,18 +12,19 @@ machine hit all of them alike. Two numbers per variant:
   step time (the least disturbed steps: the conservative choice on a shared machine). Preemption by other processes
   does not count as CPU time, so this number holds even when the machine is busy; the end-to-end ratio does not.
 
-Networks: LeNet-5, batch 32 (8 weight tensors, 61 k floats, a ~9 ms step) and ``small_transformer.py`` (214 tensors,
-25 M floats, a ~0.6 s step), where per-tensor and per-byte costs both show.
+Networks: LeNet-5, batch 32 (8 weight tensors, 61 k floats) and ``small_transformer.py`` (214 tensors, 25 M
+floats), where per-tensor and per-byte costs both show.
 
 Targets (issue 14): the three guards together <= 0.5 % of a LeNet step; WeightMonitor every step <= 2 % of a LeNet
 step and <= 5 % of the transformer's. On a shared machine the steps themselves slow down many times over while the
 hooks' CPU cost grows less, so LeNet's verdicts are also given against ``--reference-ms`` (a LeNet-5 step on an idle
 machine).
 
-Run: ``python benchmarks/callback_overhead.py [--network lenet|transformer|both] [--rounds 6] [--steps 40]``
-(the transformer runs ``--transformer-rounds`` x ``--transformer-steps``; the default run takes about 3 minutes).
-Two ranks: ``python benchmarks/callback_overhead.py --msrun`` runs ``benchmarks/distributed_overhead.py``, a real
-``msrun`` job measuring what agreeing the stop decisions across ranks costs per step.
+Run: ``python benchmarks/callback_overhead.py [--network lenet|transformer|both] [--rounds 6] [--steps 40]
+[--no-doc]`` (the transformer runs ``--transformer-rounds`` x ``--transformer-steps``); a run rewrites the section
+"Training callbacks" of ``docs/performance.md``. Two ranks: ``python benchmarks/callback_overhead.py --msrun`` runs
+``benchmarks/distributed_overhead.py``, a real ``msrun`` job measuring what agreeing the stop decisions across ranks
+costs per step (its own section).
 """
 from __future__ import annotations
 
@@ -34,9 +35,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "examples"), str(Path(__file__).resolve().parent)]
 
-from lenet import make_dataset, make_model  # noqa: E402
+import perf_doc  # noqa: E402
 
 
 def _marker_class():
@@ -70,8 +71,10 @@ TARGETS = {("LeNet-5", GUARDS): 0.005, ("LeNet-5", MONITOR): 0.02, ("transformer
 def _network(name: str, steps: int):
     """(label, model factory, dataset factory) of a benchmark network."""
     if name == "lenet":
+        from lenet import make_dataset, make_model
+
+
         return "LeNet-5", lambda: make_model(0.01)[0], lambda: make_dataset(steps, prebuilt=True)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from small_transformer import make_transformer_dataset, make_transformer_model
 
     return "transformer", lambda: make_transformer_model()[0], lambda: make_transformer_dataset(steps)
@@ -111,7 +114,7 @@ def measure(name: str, rounds: int, steps: int) -> tuple[str, dict, dict]:
 
 
 def report(label: str, rounds: int, steps: int, step_times: dict, hook_times: dict,
-           reference_ms: float | None) -> None:
+           reference_ms: float | None, section: perf_doc.Section) -> None:
     plain = statistics.median(step_times["plain"])
     plain_p10 = statistics.quantiles(step_times["plain"], n=10)[0]
     plain_hooks = statistics.median(hook_times["plain"])
@@ -119,13 +122,20 @@ def report(label: str, rounds: int, steps: int, step_times: dict, hook_times: di
           f"steps each); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"plain step: median {plain * 1e3:.3f} ms, 10th percentile {plain_p10 * 1e3:.3f} ms")
     print(f"{'variant':<34} {'median step':>12} {'end-to-end':>11} {'in-hook CPU':>12} {'of p10 step':>12}")
-    shares = {}
+    section.add(f"### {label}", "",
+                f"{rounds} interleaved rounds x {steps} steps per variant ({len(step_times['plain'])} timed steps "
+                f"each), load (1 min) {perf_doc.load_1m()} at the end; plain step: median {plain * 1e3:.3f} ms, "
+                f"10th percentile {plain_p10 * 1e3:.3f} ms.", "")
+    shares, rows = {}, []
     for variant in step_times:
         median = statistics.median(step_times[variant])
         hooks = statistics.median(hook_times[variant]) - plain_hooks  # minus the empty markers' own cost
         shares[variant] = hooks / plain_p10
         print(f"{variant:<34} {median * 1e3:>9.3f} ms {100 * (median / plain - 1):>+10.2f}% "
               f"{hooks * 1e6:>9.1f} us {100 * hooks / plain_p10:>11.2f}%")
+        rows.append((f"`{variant}`", f"{median * 1e3:.3f} ms", f"{100 * (median / plain - 1):+.2f} %",
+                     f"{hooks * 1e6:.1f} us", f"**{100 * hooks / plain_p10:.2f} %**"))
+    section.table(["variant", "median step", "end-to-end", "in-hook CPU", "of the p10 plain step"], rows)
     for (network, variant), target in TARGETS.items():
         if network != label:
             continue
@@ -136,7 +146,7 @@ def report(label: str, rounds: int, steps: int, step_times: dict, hook_times: di
             at_reference = share * plain_p10 / (reference_ms / 1e3)
             line += (f"; at a {reference_ms:g} ms step: {'met' if at_reference <= target else 'MISSED'} "
                      f"({100 * at_reference:.2f} %)")
-        print(line)
+        section.say(line)
 
 
 def main(argv=None) -> int:
@@ -150,22 +160,31 @@ def main(argv=None) -> int:
                         help="a LeNet-5 step on an idle machine, to put the in-hook cost in proportion when this "
                              "run's steps are slowed by other load (default 10)")
     parser.add_argument("--mode", choices=("graph", "pynative"), default="graph",
-                        help="MindSpore execution mode (default graph: the ~10 ms LeNet step the targets refer to; "
-                             "PyNative steps are ~10x slower)")
+                        help="MindSpore execution mode (default graph: the mode the targets refer to; PyNative "
+                             "steps are many times slower)")
     parser.add_argument("--msrun", action="store_true",
                         help="instead: a two-rank msrun job, the cost of agreed stop decisions per step "
                              "(benchmarks/distributed_overhead.py)")
+    perf_doc.add_doc_argument(parser)
     args = parser.parse_args(argv)
     if args.msrun:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         import distributed_overhead
 
-        return distributed_overhead.main([f"--rounds={args.rounds}", f"--steps={args.steps}"])
+        return distributed_overhead.main([f"--rounds={args.rounds}", f"--steps={args.steps}",
+                                          *(["--no-doc"] if args.no_doc else [])])
 
     import mindspore as ms
 
+    section = perf_doc.Section("callback-overhead", "Training callbacks", argv)
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
     print(f"MindSpore {ms.__version__} CPU, {args.mode} mode; in-hook = the variant's hooks' CPU time per step")
+    section.add(f"MindSpore CPU, {args.mode} mode. Each variant has its own compiled model, warmed up first; the "
+                "variants train in interleaved rounds (rotating order). End-to-end: median step time against "
+                "plain training's. In-hook: median thread CPU time inside the variant's own hooks per step, as a "
+                "share of plain training's 10th-percentile step (preemption by other processes is not CPU time, "
+                "so this figure holds on a busy machine; the end-to-end one does not). Targets (issue 14): the "
+                "three guards <= 0.5 % of a LeNet step, `WeightMonitor` every step <= 2 % of a LeNet step and "
+                "<= 5 % of the transformer's.", "")
     runs = []
     if args.network in ("lenet", "both"):
         runs.append(("lenet", args.rounds, args.steps, args.reference_ms))
@@ -173,7 +192,8 @@ def main(argv=None) -> int:
         runs.append(("transformer", args.transformer_rounds, args.transformer_steps, None))
     for name, rounds, steps, reference_ms in runs:
         label, step_times, hook_times = measure(name, rounds, steps)
-        report(label, rounds, steps, step_times, hook_times, reference_ms)
+        report(label, rounds, steps, step_times, hook_times, reference_ms, section)
+    section.publish(args.no_doc, {"mindspore": ms.__version__})
     return 0
 
 

@@ -17,8 +17,9 @@ including the wait for the slower rank (time that rank would otherwise wait in t
 time is the work it adds. Also the bare cost of the
 all-reduce itself (200 back-to-back calls). Both ranks report; the table shows each rank's numbers.
 
-Run: ``python benchmarks/distributed_overhead.py [--rounds 6] [--steps 40]`` (starts msrun itself; needs
-``msrun`` beside this python, as in the project venv). ``benchmarks/callback_overhead.py --msrun`` runs it too.
+Run: ``python benchmarks/distributed_overhead.py [--rounds 6] [--steps 40] [--no-doc]`` (starts msrun itself; needs
+``msrun`` beside this python, as in the project venv); a run rewrites the section "Agreed stop decisions (msrun)" of
+``docs/performance.md``. ``benchmarks/callback_overhead.py --msrun`` runs it too.
 """
 from __future__ import annotations
 
@@ -35,7 +36,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-sys.path.insert(0, str(HERE.parent.parent / "examples"))
+sys.path[:0] = [str(HERE.parent.parent / "examples"), str(HERE.parent)]
+
+import perf_doc  # noqa: E402
+
 TAG = "MSDEBUG_BENCH "
 VARIANTS = ("plain", "guards, agreed", "guards, local")
 
@@ -149,9 +153,11 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=40, help="steps per round (default 40)")
     parser.add_argument("--timeout", type=float, default=600, help="kill the job after this many seconds")
     parser.add_argument("--bench-worker", action="store_true", help=argparse.SUPPRESS)
+    perf_doc.add_doc_argument(parser)
     args = parser.parse_args(argv)
     if args.bench_worker:
         return worker(args.rounds, args.steps)
+    section = perf_doc.Section("distributed-overhead", "Agreed stop decisions (msrun)", argv, script=str(HERE))
 
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -182,19 +188,31 @@ def main(argv=None) -> int:
     print(f"MindSpore {first['version']} CPU, msrun 2 ranks data-parallel, LeNet-5 batch 32 per rank, "
           f"{args.rounds} interleaved rounds x {args.steps} steps per variant ({first['steps']['plain']} timed steps "
           f"each); job {elapsed:.0f} s incl. startup; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"bare all-reduce of 1 float32: rank 0 {results[0]['allreduce_ms']:.3f} ms, "
-          f"rank 1 {results[1]['allreduce_ms']:.3f} ms")
+    section.add(f"MindSpore CPU, `msrun` 2 ranks data-parallel, LeNet-5 batch 32 per rank, {args.rounds} "
+                f"interleaved rounds x {args.steps} steps per variant ({first['steps']['plain']} timed steps each); "
+                "\"guards\" is `StopAtTime + StopAtStep + LossGuard` (never firing), \"agreed\" as shipped (one "
+                "all-reduce of one float32 per step for the three), \"local\" with the agreement switched off in the "
+                "benchmark (each rank decides alone; a real job must not run like this). \"In our hooks\": median "
+                "wall and thread CPU time inside the three callbacks per step.", "")
+    section.say(f"bare all-reduce of 1 float32: rank 0 {results[0]['allreduce_ms']:.3f} ms, "
+                f"rank 1 {results[1]['allreduce_ms']:.3f} ms")
     print(f"{'variant':<16} {'rank':>4} {'median step':>12} {'vs plain':>9} {'in our hooks':>13} {'of step':>8} "
           f"{'hooks CPU':>10}")
+    rows = []
     for name in VARIANTS:
         for result in results:
             step, plain, hooks = result["step_ms"][name], result["step_ms"]["plain"], result["hooks_ms"][name]
             print(f"{name:<16} {result['rank']:>4} {step:>9.3f} ms {100 * (step / plain - 1):>+8.2f}% "
                   f"{hooks:>10.3f} ms {100 * hooks / plain:>7.2f}% {result['hooks_cpu_ms'][name]:>7.3f} ms")
+            rows.append((name, result["rank"], f"{step:.3f} ms", f"{100 * (step / plain - 1):+.2f} %",
+                         f"{hooks:.3f} ms", f"{100 * hooks / plain:.2f} %", f"{result['hooks_cpu_ms'][name]:.3f} ms"))
+    section.table(["variant", "rank", "median step", "vs plain", "in our hooks", "of the plain step", "hooks CPU"],
+                  rows)
     for result in results:
         agreed, local = result["step_ms"]["guards, agreed"], result["step_ms"]["guards, local"]
-        print(f"rank {result['rank']}: agreement costs {agreed - local:+.3f} ms per step "
-              f"({100 * (agreed / local - 1):+.2f} % of the step with the same callbacks deciding locally)")
+        section.say(f"rank {result['rank']}: agreement costs {agreed - local:+.3f} ms per step "
+                    f"({100 * (agreed / local - 1):+.2f} % of the step with the same callbacks deciding locally)")
+    section.publish(args.no_doc, {"mindspore": first["version"]})
     return 0
 
 

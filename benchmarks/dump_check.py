@@ -12,12 +12,13 @@ process and with the files warm in the page cache, for each dump:
 
 Printed as seconds, tensors/s, MB/s and ratios to (1), best of ``--repeats``, all measured in this one run, and the
 target of issue 14: the LeNet check (default threads) costs <= 1.5x ``np.load`` of its files; the transformer's
-ratio is printed beside it. Run: ``.venv/bin/python benchmarks/dump_check.py [--network lenet|transformer|both]``
-(about 2 minutes with both).
+ratio is printed beside it. Run: ``.venv/bin/python benchmarks/dump_check.py [--network lenet|transformer|both]
+[--no-doc]``; a run rewrites the section "Offline dump check" of ``docs/performance.md``.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import os
@@ -31,7 +32,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT / "examples"), str(Path(__file__).resolve().parent)]
+
+import perf_doc  # noqa: E402
 
 WATCHES = ["tensor_overflow", "tensor_too_large:abs_mean_gt=1e3", "tensor_too_small:abs_mean_lt=1e-12",
            "tensor_all_zero:zero_percentage_ge=99", "tensor_range:range_start_inclusive=-1,range_end_inclusive=1,"
@@ -101,13 +104,14 @@ def time_checks(dump_dir: Path, files: list, repeats: int) -> list[tuple[int, fl
         tensors = checker.select_tensors("")
         assert len(tensors) == len(files), (len(tensors), len(files))
         watchpoints = [Watchpoint(tensors, c) for c in conditions]
-        seconds, hits = best_of(repeats, lambda: checker.check_watchpoints(watchpoints))
+        seconds, hits = best_of(repeats, functools.partial(checker.check_watchpoints, watchpoints))
         rows.append((workers, seconds, len(hits)))
     return rows
 
 
-def measure(network: str, dump_dir: Path, args) -> float:
-    """Print the table of one network's dump; returns the default check's ratio to np.load."""
+def measure(network: str, dump_dir: Path, args, section: perf_doc.Section) -> float:
+    """Print the table of one network's dump and add it to ``section``; returns the default check's ratio to
+    np.load."""
     from msdebug_hooks import DumpAnalyzer
 
     steps = args.steps if network == "lenet" else args.transformer_steps
@@ -115,13 +119,18 @@ def measure(network: str, dump_dir: Path, args) -> float:
     started = time.perf_counter()
     make_dump(dump_dir, steps, args.batch_size, network)
     label = f"LeNet, batch {args.batch_size}" if network == "lenet" else "small transformer (25 M parameters)"
-    print(f"\n{label}, {steps} steps, sync dump of every tensor: {time.perf_counter() - started:.1f} s "
+    dumped = time.perf_counter() - started
+    print(f"\n{label}, {steps} steps, sync dump of every tensor: {dumped:.1f} s "
           f"(training + dump, child process); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     files = output_files(dump_dir)
     total_mb = sum(os.path.getsize(f) for f in files) / 2 ** 20
     every_mb = sum(os.path.getsize(f) for f in glob.glob(str(dump_dir / 'rank_0/*/*/*/*.npy'))) / 2 ** 20
     print(f"{len(files)} output tensor files, {total_mb:.1f} MB ({every_mb:.1f} MB with the input files the check "
           f"does not need)")
+    section.add(f"### {label}, {steps} steps", "",
+                f"Sync dump of every tensor: {dumped:.1f} s (training + dump, child process). {len(files)} output "
+                f"tensor files, {total_mb:.1f} MB ({every_mb:.1f} MB with the input files the check does not need), "
+                f"best of {repeats}, load (1 min) {perf_doc.load_1m()} when the timing started.", "")
 
     def load_all():
         return sum(np.load(f).nbytes for f in files)
@@ -147,12 +156,16 @@ def measure(network: str, dump_dir: Path, args) -> float:
         for workers, seconds, hits in json.loads(child.stdout.strip().splitlines()[-1]):
             rows.append((f"  same, OPENBLAS_NUM_THREADS=1, {workers} thread{'s' * (workers > 1)}", seconds, hits))
 
-    print(f"DumpAnalyzer(dump) index: {t_index * 1e3:.1f} ms; select_tensors(''): {t_select * 1e3:.1f} ms "
-          f"for {len(tensors)} tensors")
+    section.say(f"DumpAnalyzer(dump) index: {t_index * 1e3:.1f} ms; select_tensors(''): {t_select * 1e3:.1f} ms "
+                f"for {len(tensors)} tensors")
     print(f"{'':44s} {'seconds':>8s} {'tensors/s':>10s} {'MB/s':>8s} {'x np.load':>9s}  hits")
     for label, seconds, hits in rows:
         print(f"{label:44s} {seconds:8.3f} {len(files) / seconds:10.0f} {total_mb / seconds:8.0f} "
               f"{seconds / t_load:9.2f}  {'' if hits is None else hits}")
+    section.table(["", "seconds", "tensors/s", "MB/s", "x np.load", "hits", "load (1 min)"],
+                  [(label.strip(), f"{seconds:.3f}", f"{len(files) / seconds:.0f}", f"{total_mb / seconds:.0f}",
+                    f"**x{seconds / t_load:.2f}**" if label.startswith("DumpAnalyzer") else f"x{seconds / t_load:.2f}",
+                    "" if hits is None else hits, perf_doc.load_1m()) for label, seconds, hits in rows])
     return checks[-1][1] / t_load
 
 
@@ -170,20 +183,29 @@ def main(argv=None) -> int:
     parser.add_argument("--transformer-repeats", type=int, default=3, help="transformer: best of (default 3)")
     parser.add_argument("--openblas-child", action="store_true",
                         help="also rerun the check in a child process with OPENBLAS_NUM_THREADS=1")
+    perf_doc.add_doc_argument(parser)
     args = parser.parse_args(argv)
+    section = perf_doc.Section("dump-check", "Offline dump check", argv)
+    section.add(f"`DumpAnalyzer.check_watchpoints` with 5 watchpoints ({', '.join(f'`{w}`' for w in WATCHES)}) over "
+                "every tensor of every iteration of a real sync dump, against `np.load` of the same files (the "
+                "floor), files warm in the page cache, all in one process and one run.", "")
 
     networks = ["lenet", "transformer"] if args.network == "both" else [args.network]
     ratios = {}
     with tempfile.TemporaryDirectory(prefix="msdebug_bench_") as tmp:
         for network in networks:
-            ratios[network] = measure(network, Path(tmp) / network / "dump", args)
+            ratios[network] = measure(network, Path(tmp) / network / "dump", args, section)
     print()
+    section.add("### Verdicts", "")
     if "lenet" in ratios:
         verdict = "met" if ratios["lenet"] <= TARGET_LENET else "MISSED"
-        print(f"target: LeNet check (5 watchpoints, default threads) <= {TARGET_LENET:g}x np.load: {verdict} "
-              f"({ratios['lenet']:.2f}x)")
+        section.say(f"target: LeNet check (5 watchpoints, default threads) <= {TARGET_LENET:g}x np.load: {verdict} "
+                    f"({ratios['lenet']:.2f}x)")
     if "transformer" in ratios:
-        print(f"transformer check (5 watchpoints, default threads): {ratios['transformer']:.2f}x np.load")
+        section.say(f"transformer check (5 watchpoints, default threads): {ratios['transformer']:.2f}x np.load")
+    import mindspore
+
+    section.publish(args.no_doc, {"numpy": np.__version__, "mindspore": mindspore.__version__})
     return 0
 
 

@@ -5,7 +5,8 @@ MindSpore in. Each statement runs N times in new subprocesses; the median wall t
 interpreter's median subtracted (the cost we add), and ``-X importtime`` names the slowest modules we import.
 Target: under 0.2 s.
 
-    python benchmarks/import_time.py [--runs 15]
+Run: ``.venv/bin/python benchmarks/import_time.py [--runs 15] [--no-doc]``; a run rewrites the section "Import time"
+of ``docs/performance.md``.
 """
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import perf_doc  # noqa: E402
+
 TARGET_S = 0.2
 STATEMENTS = {
     "bare interpreter": "pass",
@@ -61,14 +66,17 @@ def slowest_imports(code: str, top: int = 5) -> list[tuple[int, str]]:
     return sorted(rows, reverse=True)[:top]
 
 
-def main() -> int:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="fresh interpreters per statement (median is printed)")
-    args = parser.parse_args()
+    perf_doc.add_doc_argument(parser)
+    args = parser.parse_args(argv)
+    section = perf_doc.Section("import-time", "Import time", argv)
 
     print(f"python {sys.version.split()[0]}, {args.runs} fresh interpreters per statement, median wall time")
     bare = median_seconds(STATEMENTS["bare interpreter"], args.runs)
     print(f"  {'bare interpreter (python -c pass)':<52} {bare * 1000:7.1f} ms")
+    rows = [("bare interpreter (`python -c pass`)", f"{bare * 1000:.1f} ms", "", "", perf_doc.load_1m())]
     worst = 0.0
     for label, code in list(STATEMENTS.items())[1:]:
         if not available(code):
@@ -79,17 +87,27 @@ def main() -> int:
         worst = max(worst, added)
         print(f"  {label:<52} {median * 1000:7.1f} ms  (+{added * 1000:.1f} ms over bare, "
               f"{median / bare:.2f}x)")
+        rows.append((f"`{label}`", f"{median * 1000:.1f} ms", f"+{added * 1000:.1f} ms", f"x{median / bare:.2f}",
+                     perf_doc.load_1m()))
+    section.add(f"Median wall time of {args.runs} fresh interpreters per statement; \"added\" is the median minus "
+                "the bare interpreter's, the cost the package adds before `import mindspore`.", "")
+    section.table(["statement", "median", "added", "x bare", "load (1 min)"], rows)
     leaked = subprocess.run([sys.executable, "-c", "import sys, msdebug_hooks; from msdebug_hooks import LogConfig, "
                              "RDRConfig; print('mindspore' in sys.modules)"], env=_env(), capture_output=True,
                             text=True, check=True).stdout.strip()
-    print(f"mindspore imported by the package: {leaked}")
+    section.say(f"mindspore imported by the package: {leaked}")
     for label in ("from msdebug_hooks import DumpConfig, LogConfig", "from msdebug_hooks import LogConfig, RDRConfig"):
         if available(STATEMENTS[label]):
             print(f"slowest top-level imports under '{label}' (-X importtime, cumulative):")
-            for micros, name in slowest_imports(STATEMENTS[label]):
+            slowest = slowest_imports(STATEMENTS[label])
+            for micros, name in slowest:
                 print(f"  {micros / 1000:7.1f} ms  {name}")
+            section.add(f"Slowest top-level imports under `{label}` (`-X importtime`, cumulative, one run):", "")
+            section.table(["module", "cumulative"], [(f"`{name}`", f"{micros / 1000:.1f} ms")
+                                                      for micros, name in slowest])
     verdict = "OK" if worst < TARGET_S else "OVER TARGET"
-    print(f"largest added import time {worst * 1000:.1f} ms vs target {TARGET_S * 1000:.0f} ms: {verdict}")
+    section.say(f"largest added import time {worst * 1000:.1f} ms vs target {TARGET_S * 1000:.0f} ms: {verdict}")
+    section.publish(args.no_doc)
     return 0 if worst < TARGET_S and leaked == "False" else 1
 
 

@@ -79,10 +79,13 @@ class Section:
     """A benchmark's section of ``docs/performance.md``: started when the run starts (date, load), written at the
     end with the lines the benchmark collected."""
 
-    def __init__(self, name: str, title: str, argv: Optional[Sequence[str]] = None) -> None:
+    def __init__(self, name: str, title: str, argv: Optional[Sequence[str]] = None,
+                 script: Optional[str] = None) -> None:
+        """``argv``: the arguments given (default ``sys.argv[1:]``); ``script``: the benchmark's file when another
+        benchmark runs it (default ``sys.argv[0]``)."""
         self.name = name
         self.title = title
-        script = Path(sys.argv[0]).resolve()
+        script = Path(script or sys.argv[0]).resolve()
         try:
             script_text = str(script.relative_to(ROOT))
         except ValueError:
@@ -94,10 +97,24 @@ class Section:
         self.lines: list[str] = []
 
     def add(self, *lines: str) -> None:
+        """Markdown lines, as they are (a list ended by ``say`` gets the blank line it needs first)."""
+        if lines and lines[0] and self.lines and self.lines[-1].startswith("- "):
+            self.lines.append("")
         self.lines.extend(lines)
+
+    def say(self, *lines: str) -> None:
+        """Print each line as the benchmark always did and keep it as a list item of the section (verdicts,
+        one-line results)."""
+        for line in lines:
+            print(line, flush=True)
+        if self.lines and self.lines[-1] and not self.lines[-1].startswith("- "):
+            self.lines.append("")
+        self.lines.extend(f"- {line.strip()}" for line in lines)
 
     def table(self, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
         """A markdown table."""
+        if self.lines and self.lines[-1]:
+            self.lines.append("")           # markdown needs a blank line before a table
         self.lines.append("| " + " | ".join(header) + " |")
         self.lines.append("|" + "---|" * len(header))
         self.lines.extend("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows)
@@ -110,8 +127,15 @@ class Section:
                 f"load average (1/5/15 min) {self.load_start} at the start, {load()} at the end.", ""]
         return "\n".join(head + self.lines).rstrip("\n")
 
-    def write(self, versions: Optional[dict] = None, doc: Path = DOC) -> Path:
-        """Replace (or append) this section in ``doc``."""
+    def publish(self, skip: bool, versions: Optional[dict] = None) -> None:
+        """Write the section at the end of a full run; ``skip`` (a ``--quick`` smoke run or ``--no-doc``) leaves the
+        file alone."""
+        if not skip:
+            print(f"wrote {self.write(versions)}")
+
+    def write(self, versions: Optional[dict] = None, doc: Optional[Path] = None) -> Path:
+        """Replace (or append) this section in ``doc`` (default :data:`DOC`)."""
+        doc = doc or DOC
         start, end = f"<!-- bench:{self.name}:start -->", f"<!-- bench:{self.name}:end -->"
         text = doc.read_text(encoding="utf-8") if doc.exists() else HEADER
         block = f"{start}\n{self.render(versions)}\n{end}"
@@ -124,13 +148,18 @@ class Section:
         return doc
 
 
+def add_doc_argument(parser: argparse.ArgumentParser) -> None:
+    """``--no-doc``, which every benchmark offers: run in full but leave ``docs/performance.md`` alone."""
+    parser.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md")
+
+
 def add_worker_arguments(parser, nets: Sequence[str], workers: dict) -> None:
     """The options every benchmark with one worker process per framework/mode shares."""
     parser.add_argument("--threads", type=int, default=1,
                         help="intra-op threads per framework (default 1: steady on a shared machine; 0: default)")
     parser.add_argument("--nets", nargs="+", choices=list(nets), default=list(nets))
     parser.add_argument("--workers", nargs="+", choices=list(workers), default=list(workers))
-    parser.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md")
+    add_doc_argument(parser)
     parser.add_argument("--worker", choices=list(workers), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
 

@@ -98,10 +98,11 @@ def measure_net(worker: str, net: str, args, workdir: Path) -> list:
     for name in LAYERS[net]:
         inputs = layer_inputs(capture, 1, name)
         calls = {"forward": forward(find(trainer.network, name), inputs),
-                 "replay": lambda: replay_layer(trainer.network, name, inputs),
-                 "read + replay": lambda: replay_layer(trainer.network, name, layer_inputs(capture, 1, name))}
+                 "replay": lambda name=name, inputs=inputs: replay_layer(trainer.network, name, inputs),
+                 "read + replay": lambda name=name: replay_layer(trainer.network, name,
+                                                                 layer_inputs(capture, 1, name))}
         times: dict = {key: [] for key in calls}
-        for key, call in calls.items():   # warm up
+        for call in calls.values():   # warm up
             call()
         began, rounds = time.perf_counter(), 0
         while rounds < args.rounds or (time.perf_counter() - began < args.seconds and rounds < 20 * args.rounds):

@@ -37,7 +37,7 @@ def main() -> int:
     guard = LossGuard()
     callbacks = [guard, StopAtStep(20), StopAtTime(5)]
     with DebugSession(callbacks=callbacks, network=network, optimizer=optimizer, epoch_size=3) as session:
-        for epoch in range(3):
+        for _epoch in range(3):
             for images, labels in synthetic_batches(8, nan_batches={5}):
                 session.step_begin()                       # optional: runs on_train_step_begin
                 loss, grads = grad_fn(Tensor(images), Tensor(labels))

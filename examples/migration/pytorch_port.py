@@ -16,8 +16,8 @@ The workflow, as MindSpore's docs describe it for a port:
    ``compare-layers`` names the first layer that diverges (``bn1``);
 5. fix it (``momentum=0.9``): the losses agree within 1e-3.
 
-Run: ``python examples/migration/pytorch_port.py [--workdir DIR] [--steps 6] [--pynative]`` (about 30 s on 2 CPU
-cores). Exit 0 when the story held.
+Run: ``python examples/migration/pytorch_port.py [--workdir DIR] [--steps 6] [--pynative]``. Exit 0 when the story
+held.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ What it shows:
 3. ``msdebug compare-dumps`` names the first operator that parts, the source line behind it in both runs, and
    whether its inputs already differed (here: fc2's weight did, so the change came between the steps).
 
-Each run is its own process: MindSpore reads a dump config once per process. About 30-40 s on 2 CPU cores.
+Each run is its own process: MindSpore reads a dump config once per process.
 """
 from __future__ import annotations
 
