@@ -592,3 +592,38 @@ def test_from_protocol_reads_protobuf_watch_conditions():
     cond = from_protocol(wc.condition, wc.params)
     assert cond == TensorRangeCondition(range_start_inclusive=-1, range_end_inclusive=1, range_percentage_gt=30)
     assert cond.check(np.linspace(-2, 2, 101)).hit  # 51 % of the values lie in [-1, 1]
+
+
+def test_the_modules_of_conditions_import_each_other_one_way():
+    """No import cycle inside ``conditions/`` (lazy imports count), and the condition classes never reach up to
+    the batch machinery: ``Condition.check`` runs the one-tensor check below them."""
+    import ast
+    from pathlib import Path
+
+    import msdebug_hooks.conditions as package
+
+    folder = Path(package.__file__).parent
+    prefix = "msdebug_hooks.conditions."
+    names = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    imports: dict[str, set[str]] = {}
+    for name in names:
+        found = set()
+        for node in ast.walk(ast.parse((folder / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module.startswith(prefix):
+                    found.add(node.module[len(prefix):])
+                elif node.module == prefix[:-1]:
+                    found.update(alias.name for alias in node.names if alias.name in names)
+        imports[name] = found & names
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, " -> ".join((*path, name))
+        if name not in done:
+            for target in sorted(imports[name]):
+                visit(target, (*path, name))
+            done.add(name)
+
+    for name in sorted(names):
+        visit(name, ())
+    assert not imports["conditions"] & {"checks", "batch", "judging", "layout", "statistics_engine"}

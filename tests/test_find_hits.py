@@ -235,3 +235,19 @@ def test_an_unsupported_dtype_is_noted_and_the_others_still_judged():
     got = find_hits(conditions, values, previous, keep_previous=True)
     assert [(t, c) for t, c, _ in got] == [(0, 0), (0, 1), (2, 1)]
     np.testing.assert_array_equal(previous[2], values[2])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_hit_names_its_tensor_condition_and_result(engine):
+    """``find_hits`` returns named ``Hit`` tuples: read by name, or unpacked and compared as the plain
+    (tensor, condition, result) tuples callers had."""
+    from msdebug_hooks.conditions import Hit
+
+    values = [np.ones(8, np.float32), np.array([1.0, np.nan], np.float32)]
+    conditions = [TensorTooLargeCondition(max_gt=0.5), TensorOverflowCondition()]
+    with _engine.forced_engine(engine):
+        hits = find_hits(conditions, values)
+    assert all(isinstance(h, Hit) for h in hits)
+    assert [(h.tensor, h.condition, h.result.hit, h.result.error_code) for h in hits] == \
+        [(0, 0, True, 0), (1, 0, False, 1), (1, 1, True, 0)]
+    assert hits == [(t, c, r) for t, c, r in hits]

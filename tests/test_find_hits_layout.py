@@ -192,7 +192,7 @@ def test_compiled_marks_cover_every_pair_the_array_judging_reports():
     from test_find_hits import random_batch
 
     from msdebug_hooks.conditions import judging
-    from msdebug_hooks.conditions.engine import _batch_plan
+    from msdebug_hooks.conditions.checks import _batch_plan
 
     rng = np.random.default_rng(20)
     judged = marked = extra = 0
@@ -204,9 +204,9 @@ def test_compiled_marks_cover_every_pair_the_array_judging_reports():
             plan = _batch_plan(conditions)
             if plan is None:
                 continue
-            need, ranges, tolerances, wants_previous, rules = plan
-            read = previous if wants_previous else [None] * len(values)
-            prepared = layout.PreparedLayout(k, need, ranges, tolerances, wants_previous, values, read, None)
+            request, reads_previous, rules = plan
+            read = previous if reads_previous else [None] * len(values)
+            prepared = layout.PreparedLayout(k, request, values, read, None)
             if not prepared.servable:
                 continue
             found = prepared.fill(values, previous, None)
@@ -224,21 +224,21 @@ def test_compiled_marks_at_the_limits():
     is marked when the exact evaluation may report it, and the hits equal ``check_tensors``'."""
     from msdebug_hooks.conditions import (TensorAllZeroCondition, TensorInitializationCondition,
                                           TensorRangeCondition, judging)
-    from msdebug_hooks.conditions.engine import _batch_plan
+    from msdebug_hooks.conditions.checks import _batch_plan
 
     just_above_one = np.nextafter(np.float32(1.0), np.float32(2.0))
     values = [np.zeros(64, np.float32),                                        # 100 % zeros
               np.array([0.0, 0.0, 0.5, just_above_one], np.float32),            # 50 % zeros, max a hair above 1
               np.array([-2.0, -0.5, 0.5, 2.0], np.float32),                     # 50 % in [-1, 1]
               np.array([np.nextafter(np.float32(1.0), np.float32(0.0)), 0.25], np.float32)]   # max a hair below 1
-    conditions = [TensorAllZeroCondition(zero_percentage_ge=100.0), TensorInitializationCondition(zero_percentage_ge=50.0),
+    conditions = [TensorAllZeroCondition(zero_percentage_ge=100.0),
+                  TensorInitializationCondition(zero_percentage_ge=50.0),
                   TensorTooLargeCondition(max_gt=1.0), TensorTooSmallCondition(max_lt=1.0),
                   TensorRangeCondition(range_start_inclusive=-1.0, range_end_inclusive=1.0, range_percentage_lt=50.0),
                   TensorRangeCondition(range_start_inclusive=-1.0, range_end_inclusive=1.0, range_percentage_gt=50.0)]
     with _engine.forced_engine("compiled"):
-        need, ranges, tolerances, wants_previous, rules = _batch_plan(conditions)
-        prepared = layout.PreparedLayout(_engine.kernels(), need, ranges, tolerances, wants_previous, values,
-                                         [None] * len(values), None)
+        request, _, rules = _batch_plan(conditions)
+        prepared = layout.PreparedLayout(_engine.kernels(), request, values, [None] * len(values), None)
         found = prepared.fill(values, [None] * len(values), None)
         want = {tuple(p) for p in judging.reportable_pairs(conditions, found, rules)}
         assert {(0, 0), (0, 1), (1, 1), (1, 2), (3, 3)} <= want           # ties of >= and <=, hairs past > and <
@@ -247,11 +247,9 @@ def test_compiled_marks_at_the_limits():
 
 
 def _prepared(values, previous, targets=None) -> "layout.PreparedLayout":
-    from msdebug_hooks.conditions.engine import _batch_plan
+    from msdebug_hooks.conditions.checks import _batch_plan
 
-    need, ranges, tolerances, wants_previous, _ = _batch_plan(CONDITIONS)
-    return layout.PreparedLayout(_engine.kernels(), need, ranges, tolerances, wants_previous, values, previous,
-                                 targets)
+    return layout.PreparedLayout(_engine.kernels(), _batch_plan(CONDITIONS).request, values, previous, targets)
 
 
 @pytest.mark.parametrize("keep", ["none", "other buffers", "into the previous values"])

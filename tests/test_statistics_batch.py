@@ -117,7 +117,8 @@ def test_check_tensors_agrees_with_check_many_tensor_by_tensor():
     values = [_random_tensor(rng, dtype, size, specials=size == 7) for dtype in ("float32", "float16", "int32")
               for size in (0, 1, 7, 500, st.SMALL_TENSOR + 1)]
     previous = [v if i % 3 else None for i, v in enumerate(values)]
-    conditions = [TensorOverflowCondition(), TensorTooLargeCondition(abs_mean_gt=0.5), TensorTooLargeCondition(max_gt=1.0),
+    conditions = [TensorOverflowCondition(), TensorTooLargeCondition(abs_mean_gt=0.5),
+                  TensorTooLargeCondition(max_gt=1.0),
                   TensorRangeCondition(range_start_inclusive=-0.5, range_end_inclusive=0.5,
                                        range_percentage_gt=20.0),
                   TensorUnchangedCondition(), TensorChangeAboveThresholdCondition(abs_mean_update_ratio_gt=0.1)]

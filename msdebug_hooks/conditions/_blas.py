@@ -2,9 +2,9 @@
 
 Why: the statistics call ``np.dot`` on 256 KB chunks. OpenBLAS splits a dot of more than 10 000 elements across
 threads, and on a busy machine (a training job next door, a shared CI runner) waiting for the second thread costs
-far more than the dot itself: checking a LeNet step's tensors measured 3-8x slower with it. OpenBLAS >= 0.3.27 has
-``openblas_set_num_threads_local``, which changes the count for the calling thread only, so we set it to 1 around
-our own work and restore it. If numpy's BLAS is not OpenBLAS or the symbol is missing, nothing is changed.
+far more than the dot itself: checking a small network's step was several times slower with it. OpenBLAS >= 0.3.27
+has ``openblas_set_num_threads_local``, which changes the count for the calling thread only, so we set it to 1
+around our own work and restore it. If numpy's BLAS is not OpenBLAS or the symbol is missing, nothing is changed.
 """
 from __future__ import annotations
 

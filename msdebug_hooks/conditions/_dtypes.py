@@ -1,6 +1,6 @@
 """Input normalisation for the statistics: which dtypes are analysed, and how each is read as float32 or float64.
 
-Shared by both engines (``stats``' numpy pass, ``_engine``'s compiled pass) and the batched path, so that every path
+Shared by both engines (``numpy_chunks``, ``compiled``) and the batched path (``batch``), so that every path
 converts an element exactly the same way (the C++ ``static_cast<double>``).
 """
 from __future__ import annotations
@@ -12,6 +12,9 @@ import numpy as np
 _SUPPORTED = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
               "float16", "float32", "float64", "bfloat16")
 SUPPORTED_DTYPES_TEXT = "bool, int8-64, uint8-64, float16, float32, float64, bfloat16 (read as float32)"
+
+#: bytes per chunk of numpy's pass and of a conversion: half of a core's L2, so a chunk stays in cache while read
+CHUNK_BYTES = 256 * 1024
 
 
 class UnsupportedDtypeError(TypeError):
@@ -92,6 +95,11 @@ def f32_at_most(bound: float) -> np.float32:
 
 def work_dtype(kind: str) -> np.dtype:
     return np.dtype(np.float64 if kind in ("f8", "conv8") else np.float32)
+
+
+def chunk_elements(kind: str, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """Elements per chunk of the work dtype of ``kind`` (converted dtypes are converted one chunk at a time)."""
+    return max(1024, chunk_bytes // work_dtype(kind).itemsize)
 
 
 def work_chunks(flat: np.ndarray, kind: str, chunk: int, work: np.dtype) -> Iterable[np.ndarray]:

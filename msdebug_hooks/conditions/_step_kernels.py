@@ -1,7 +1,7 @@
 """Kernels that do a whole step's work for many tensors in one call, on top of the statistics pass (``_kernels``).
 
-Why: in a step-end hook, right after a MindSpore step, each Python or numpy call costs about ten times its price in
-a loop (``docs/statistics-engine.md``), so a check of a few small tensors costs its calls, not its bytes. Each
+Why: in a step-end hook, right after a MindSpore step, each Python or numpy call costs many times its price in a
+warm loop (``docs/statistics-engine.md``), so a check of a few small tensors costs its calls, not its bytes. Each
 kernel here replaces a few dozen of them:
 * ``screen_weights``: ``WeightMonitor``'s screen (copy, NaN/Inf, allclose until the first move, update-ratio sums,
   flags) over every weight;
@@ -10,7 +10,7 @@ kernel here replaces a few dozen of them:
 
 Arrays are passed as integer addresses where a call covers many of them (numba has no cheap list of arrays); the
 callers hold the arrays while they are in use. ``_engine.kernels()`` returns this module: it re-exports the pass
-(``from _kernels import *``), so the engine reads every compiled kernel and slot constant from one place.
+(``from _kernels import *``), so the engine reads every compiled kernel and pass mode from one place.
 """
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ import numpy as np
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
-from msdebug_hooks.conditions._kernels import *  # noqa: F401,F403 - the pass and its slot constants, re-exported
-from msdebug_hooks.conditions._kernels import (BLOCK, F_ABS, F_DIFF, F_M2, F_MAX, F_MEAN, F_MIN, F_PREV_ABS, F_SUM,
-                                               I_N, I_NAN, I_NINF, I_PINF, I_ZERO, STREAM_BYTES, _array,
-                                               _block_close, _block_copy, _block_previous, _block_previous64,
-                                               _block_specials, _store_fence, _stream_copy, accumulate)
+from msdebug_hooks.conditions._block_kernels import (
+    _block_close, _block_copy, _block_previous, _block_previous64, _block_specials, _store_fence, _stream_copy)
+from msdebug_hooks.conditions._kernels import *  # noqa: F401,F403 - the pass and its modes, re-exported
+from msdebug_hooks.conditions._kernels import BLOCK, STREAM_BYTES, _array, accumulate
+from msdebug_hooks.conditions.state import (
+    F_ABS, F_DIFF, F_M2, F_MAX, F_MEAN, F_MIN, F_PREV_ABS, F_SUM, I_N, I_NAN, I_NINF, I_PINF, I_ZERO)
 
 
 # --- the weight screen: many float32 arrays, copied and screened in one call ----------------------------------------
@@ -112,7 +113,7 @@ def screen_weights(sources, current, previous, rtol, atol, ratio_gt, epsilon, fi
 
 # --- judging a prepared batch: which (tensor, condition) pairs may be reportable -----------------------------------
 
-#: condition kinds, statistic codes and operators of ``mark_reportable``'s rule table (``judging.compiled_rules``)
+#: condition kinds, statistic codes and operators of ``mark_reportable``'s rule table (``rules.compiled_rules``)
 JUDGE_ALL, JUDGE_NEVER, JUDGE_OVERFLOW, JUDGE_COMPARE = 0, 1, 2, 3
 STAT_MAX, STAT_MIN, STAT_MEAN, STAT_SD, STAT_ABS_MEAN, STAT_ZERO_PERCENTAGE, STAT_MAX_MIN, STAT_UPDATE_RATIO, \
     STAT_RANGE = range(9)
@@ -123,7 +124,7 @@ MARK_SLACK = 1e-9
 
 @njit(cache=True, nogil=True)
 def _statistic(code, column, fstate, istate, counts, n, n_ranges, paired, epsilon):
-    """One statistic of a tensor with elements and no NaN/Inf, by ``stats._finish``'s formulas; NaN: not
+    """One statistic of a tensor with elements and no NaN/Inf, by ``totals.finish``'s formulas; NaN: not
     evaluated."""
     if code == STAT_MAX:
         return fstate[F_MAX]

@@ -3,7 +3,8 @@
 Why one engine: the online debugger client, the offline ``DumpAnalyzer`` and training callbacks all call
 ``check(value, previous)`` so a watchpoint means the same thing everywhere, and the same as it did in MindSpore.
 
-Evaluation, per (tensor, condition) (``evaluate``; ``engine.check_many`` computes the statistics):
+Evaluation, per (tensor, condition) (``evaluate``; ``tensor_check`` computes the statistics for ``check`` and
+``checks.check_many``, the batch routes for ``checks.check_tensors`` / ``checks.find_hits``):
 
 1. ``error_code`` starts as 1 if the tensor holds a NaN, plus 2 if it holds ±Inf.
 2. ``TensorOverflowCondition`` resets it to 0 and hits on any NaN/Inf. A change condition (``needs_previous``)
@@ -23,10 +24,10 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Callable, ClassVar
 
-from msdebug_hooks.conditions import stats as st
 from msdebug_hooks.conditions.error_codes import ERROR_INF, ERROR_NAN, ERROR_NO_PREVIOUS, error_list
 from msdebug_hooks.conditions.params import CHECK, HIDDEN, OPERATORS, SUPPORT, ParamSpec, validate_params
-
+from msdebug_hooks.conditions.tensor_check import check_one_tensor
+from msdebug_hooks.conditions.tensor_statistics import UPDATE_RATIO, ZERO_COUNT, TensorStatistics
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Condition:
     name: ClassVar[str]                 # protocol enum name, e.g. "tensor_too_large"
     api_name: ClassVar[str]             # MindInsight offline API name, e.g. "TensorTooLarge"
     needs_previous: ClassVar[bool] = False
+    reads_values: ClassVar[bool] = True             # False: judged without statistics (Ascend's operator overflow)
     initial_suspension_only: ClassVar[bool] = False  # tensor_initialization: only on the initial values
     param_specs: ClassVar[tuple[ParamSpec, ...]] = ()
 
@@ -99,7 +101,7 @@ class Condition:
         return None
 
     def statistics_needed(self) -> set[str]:
-        """Names of ``stats.ALL_STATISTICS`` this condition reads (nan/inf counts always come)."""
+        """Names of ``ALL_STATISTICS`` this condition reads (nan/inf counts always come)."""
         need: set[str] = set()
         for spec in self.param_specs:
             if spec.name not in self.params or spec.role != CHECK:
@@ -110,12 +112,12 @@ class Condition:
             elif stat == "max_min":
                 need.update(("max", "min"))
             elif stat == "zero_percentage":
-                need.add(st.ZERO_COUNT)
+                need.add(ZERO_COUNT)
             elif stat == "abs_mean_update_ratio":
-                need.add(st.UPDATE_RATIO)
+                need.add(UPDATE_RATIO)
         return need
 
-    def _statistic_reader(self, spec: ParamSpec) -> Callable[[st.TensorStatistics], Any]:
+    def _statistic_reader(self, spec: ParamSpec) -> Callable[[TensorStatistics], Any]:
         """MindSpore ``StatLookup``: reads the value a parameter compares from the statistics (None: not
         evaluated)."""
         stat = spec.statistic
@@ -154,7 +156,7 @@ class Condition:
         state.pop("_plan", None)
         return state
 
-    def evaluate(self, s: st.TensorStatistics) -> ConditionResult:
+    def evaluate(self, s: TensorStatistics) -> ConditionResult:
         """Judge precomputed statistics (``check_many`` shares one statistics pass over several conditions)."""
         entries, tol, unevaluated = self._judging_plan()
         if s.count == 0:
@@ -186,8 +188,12 @@ class Condition:
         >>> TensorTooLargeCondition(max_gt=1.0).check(np.array([0.5, 2.0])).hit
         True
         """
-        from msdebug_hooks.conditions.engine import check_many
-        return check_many([self], value, previous)[0]
+        return check_one_tensor([self], value, previous)[0]
+
+    def not_analysed(self, note: str) -> ConditionResult:
+        """The result on a tensor that could not be analysed (``note`` says why): no hit, no error code, every
+        parameter not evaluated."""
+        return ConditionResult(False, 0, self._judging_plan()[2], note=note)
 
     # --- protocol ----------------------------------------------------------------------------------------------
     def protocol_params(self) -> list[tuple[str, float | bool, bool]]:
@@ -284,7 +290,7 @@ class TensorOverflowCondition(Condition):
     def __init__(self) -> None:
         super().__init__()
 
-    def evaluate(self, s: st.TensorStatistics) -> ConditionResult:
+    def evaluate(self, s: TensorStatistics) -> ConditionResult:
         if s.count == 0:
             return ConditionResult(False, 0, (), note="tensor has no elements: not analysed")
         return ConditionResult(bool(s.nan_count or s.inf_count), 0, ())
@@ -325,7 +331,7 @@ class _ChangeCondition(Condition):
     needs_previous = True
 
     def statistics_needed(self) -> set[str]:
-        return {st.UPDATE_RATIO}
+        return {UPDATE_RATIO}
 
 
 class TensorChangeAboveThresholdCondition(_ChangeCondition):
@@ -359,11 +365,12 @@ class OperatorOverflowCondition(Condition):
     """Ascend-only operator overflow (id 2). ``check`` never hits here and says why in ``note``."""
 
     condition_id, name, api_name = 2, "overflow", "OperatorOverflow"
+    reads_values = False
 
     def __init__(self) -> None:
         super().__init__()
 
-    def evaluate(self, s: st.TensorStatistics | None) -> ConditionResult:
+    def evaluate(self, s: TensorStatistics | None) -> ConditionResult:
         return ConditionResult(False, 0, (), note=ASCEND_ONLY_NOTE)
 
 

@@ -1,11 +1,12 @@
 """Judge conditions over a batch of tensors at once: one numpy comparison per condition parameter over all tensors.
 
 Why: a step's check is hundreds of (tensor, condition) pairs of which almost none is reportable. Building a
-``TensorStatistics`` and calling ``Condition.evaluate`` for each pair cost more than the statistics pass itself
-(about 8 us per pair). Here the batch's running totals (``batch.BatchTotals``) become one array per statistic with
-``stats._finish``'s formulas, each condition's error code and hit are computed as masks over all tensors with
-``Condition.evaluate``'s rules, and only the pairs the masks mark reportable are evaluated the usual way, on that
-tensor's ``TensorStatistics``: a reported result is exactly the one ``check_tensors`` gives.
+``TensorStatistics`` and calling ``Condition.evaluate`` for each pair cost more than the statistics pass itself.
+Here the batch's running totals (``state.BatchTotals.columns``: ``Totals`` of arrays) become one array per
+statistic with ``totals.finish``'s formulas, each condition's error code and hit are computed as masks over all
+tensors with ``Condition.evaluate``'s rules (``rules.JudgingRule``, worked out once per condition list), and only
+the pairs the masks mark reportable are evaluated the usual way, on that tensor's ``TensorStatistics``: a reported
+result is exactly the one ``check_tensors`` gives.
 """
 from __future__ import annotations
 
@@ -13,16 +14,17 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from msdebug_hooks.conditions import stats as st
-from msdebug_hooks.conditions.batch import BatchTotals
 from msdebug_hooks.conditions.conditions import Condition, OperatorOverflowCondition, TensorOverflowCondition
 from msdebug_hooks.conditions.params import OPERATORS
+from msdebug_hooks.conditions.rules import ALL, COMPARE, NEVER, OVERFLOW, Comparison, JudgingRule
+from msdebug_hooks.conditions.state import BatchTotals
+from msdebug_hooks.conditions.tensor_statistics import UPDATE_RATIO_EPSILON
 
-__all__ = ["StatisticArrays", "compiled_rules", "judging_rules", "reportable_mask", "reportable_pairs"]
+__all__ = ["StatisticArrays", "judging_rules", "reportable_mask", "reportable_pairs"]
 
 
 class StatisticArrays:
-    """The statistics of every tensor of a batch as float64 arrays, computed on first use with ``stats._finish``'s
+    """The statistics of every tensor of a batch as float64 arrays, computed on first use with ``totals.finish``'s
     formulas. A value is exact where the tensor has elements and no NaN/Inf (and, for the previous-value ones, a
     paired previous value); elsewhere an error code or "not evaluated" decides, so it is not guarded (NaN marks
     "not evaluated" where that matters). Call it inside ``np.errstate(all="ignore")``."""
@@ -76,16 +78,16 @@ class StatisticArrays:
         """NaN (not evaluated) where the previous value has another element count."""
         t, n = self.t, self.n_safe
         if self.all_paired:
-            return self._get("update_ratio", lambda: (t.diff_sum / n) / (t.prev_abs_sum / n + st.UPDATE_RATIO_EPSILON))
+            return self._get("update_ratio", lambda: (t.diff_sum / n) / (t.prev_abs_sum / n + UPDATE_RATIO_EPSILON))
         return self._get("update_ratio", lambda: np.where(
-            self.paired, (t.diff_sum / n) / (t.prev_abs_sum / n + st.UPDATE_RATIO_EPSILON), np.nan))
+            self.paired, (t.diff_sum / n) / (t.prev_abs_sum / n + UPDATE_RATIO_EPSILON), np.nan))
 
     def range_percentage(self, bounds: tuple[float, float]) -> np.ndarray:
         column = self.found.ranges.index(bounds)
         return self._get(("range", bounds), lambda: 100.0 * self.t.in_range[:, column] / self.n_safe)
 
     def allclose(self, tolerance: tuple[float, float]) -> np.ndarray:
-        """False where the previous value has another element count (``stats._finish``)."""
+        """False where the previous value has another element count (``totals.finish``)."""
         column = self.found.tolerances.index(tolerance)
         if self.all_paired:
             return self._get(("close", tolerance), lambda: self.t.close[:, column])
@@ -112,16 +114,15 @@ def reportable_mask(condition: Condition, arrays: StatisticArrays) -> np.ndarray
     return _mask(_rule(condition), arrays)
 
 
-def _rule(condition: Condition) -> tuple:
-    """How ``reportable_mask`` judges ``condition``, worked out once per condition list: ("all",)
-    for a subclass with its own ``evaluate``, ("never",), ("overflow",), or ("compare", allclose tolerance or None,
-    [(reader, range bounds or None, operator name, parameter value)], whether a previous value is needed)."""
+def _rule(condition: Condition) -> JudgingRule:
+    """How ``reportable_mask`` judges ``condition``, worked out once per condition list: every tensor for a subclass
+    with its own ``evaluate``, never, on NaN/Inf, or by its parameters' comparisons."""
     if type(condition).evaluate not in _KNOWN_EVALUATE:
-        return ("all",)
+        return JudgingRule(ALL)
     if isinstance(condition, OperatorOverflowCondition):
-        return ("never",)
+        return JudgingRule(NEVER)
     if isinstance(condition, TensorOverflowCondition):
-        return ("overflow",)
+        return JudgingRule(OVERFLOW)
     compares = []
     for spec in condition.param_specs:
         if spec.name not in condition.params or not spec.operator:
@@ -129,51 +130,23 @@ def _rule(condition: Condition) -> tuple:
         reader = _READERS.get(spec.statistic)
         bounds = condition.range_bounds() if spec.statistic == "range_percentage" else None
         if reader is not None or bounds is not None:
-            compares.append((reader, bounds, spec.operator, condition.params[spec.name]))
-    return ("compare", condition.allclose_tolerance(), compares, condition.needs_previous)
+            compares.append(Comparison(reader, bounds, spec.operator, condition.params[spec.name]))
+    return JudgingRule(COMPARE, condition.allclose_tolerance(), tuple(compares), condition.needs_previous)
 
 
-def judging_rules(conditions: Sequence[Condition]) -> list[tuple]:
+def judging_rules(conditions: Sequence[Condition]) -> list[JudgingRule]:
     """The rule of each condition (``_rule``): a caller judging the same list every step keeps them."""
     return [_rule(c) for c in conditions]
 
 
-def compiled_rules(k: Any, rules: Sequence[tuple], ranges: tuple, tolerances: tuple) -> tuple[np.ndarray, ...]:
-    """``rules`` as the tables of the compiled pre-judging kernel (``k.mark_reportable``): per condition (kind,
-    allclose column or -1, needs previous, first and end comparison row); per comparison (statistic, range column
-    or -1, operator); the comparisons' limits."""
-    kinds = {"all": k.JUDGE_ALL, "never": k.JUDGE_NEVER, "overflow": k.JUDGE_OVERFLOW, "compare": k.JUDGE_COMPARE}
-    statistics = {"maximum": k.STAT_MAX, "minimum": k.STAT_MIN, "mean": k.STAT_MEAN, "sd": k.STAT_SD,
-                  "abs_mean": k.STAT_ABS_MEAN, "zero_percentage": k.STAT_ZERO_PERCENTAGE,
-                  "max_min": k.STAT_MAX_MIN, "update_ratio": k.STAT_UPDATE_RATIO}
-    operators = {"gt": k.OP_GT, "lt": k.OP_LT, "ge": k.OP_GE, "le": k.OP_LE}
-    conditions, comparisons, limits = [], [], []
-    for rule in rules:
-        if rule[0] != "compare":
-            conditions.append((kinds[rule[0]], -1, 0, 0, 0))
-            continue
-        _, tolerance, compares, needs_previous = rule
-        first = len(comparisons)
-        for reader, bounds, operator, limit in compares:
-            if reader is None:
-                comparisons.append((k.STAT_RANGE, ranges.index(bounds), operators[operator]))
-            else:
-                comparisons.append((statistics[reader], -1, operators[operator]))
-            limits.append(float(limit))
-        column = -1 if tolerance is None else tolerances.index(tolerance)
-        conditions.append((k.JUDGE_COMPARE, column, int(bool(needs_previous)), first, len(comparisons)))
-    return (np.array(conditions, np.int64).reshape(-1, 5), np.array(comparisons, np.int64).reshape(-1, 3),
-            np.array(limits, np.float64))
-
-
-def _mask(rule: tuple, arrays: StatisticArrays) -> np.ndarray:
+def _mask(rule: JudgingRule, arrays: StatisticArrays) -> np.ndarray:
     counted = arrays.counted
-    what = rule[0]
-    if what == "all":
+    what = rule.kind
+    if what == ALL:
         return counted | True
-    if what == "never":
+    if what == NEVER:
         return np.zeros(arrays.n.shape, np.bool_)
-    if what == "overflow":
+    if what == OVERFLOW:
         return counted & arrays.special
     _, tolerance, compares, needs_previous = rule
     hit = arrays.allclose(tolerance) if tolerance is not None else None
@@ -188,7 +161,7 @@ def _mask(rule: tuple, arrays: StatisticArrays) -> np.ndarray:
 
 
 def reportable_pairs(conditions: Sequence[Condition], found: BatchTotals,
-                     rules: list[tuple] | None = None) -> list[list[int]]:
+                     rules: list[JudgingRule] | None = None) -> list[list[int]]:
     """[tensor index, condition index] of the pairs to evaluate and report, in (tensor, condition) order;
     ``rules``: ``judging_rules(conditions)`` when the caller keeps them."""
     if not conditions or not found.size:
@@ -203,7 +176,7 @@ def reportable_pairs(conditions: Sequence[Condition], found: BatchTotals,
 
 class _ErrorObjectIgnored:
     """``np.errstate(all="ignore")`` for numpy 1.x, whose per-thread error state is one list: setting it directly
-    costs about 1 us where ``np.errstate`` costs about 7 (a step's whole judging is a few tens)."""
+    costs a fraction of what ``np.errstate`` costs, which shows against a step's whole judging."""
 
     __slots__ = ("saved",)
 

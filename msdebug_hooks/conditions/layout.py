@@ -1,11 +1,11 @@
 """A prepared batch layout: the parts of ``find_hits``' statistics pass that do not change from step to step.
 
 Why: a debugger or analyzer checks the same tensors (same shapes and dtypes, usually the same buffers to keep the
-values in) with the same conditions every step. For a step of a few small tensors the compiled kernels take tens of
-microseconds, while sorting the tensors into the kernel's layout again (dtype kinds, segment starts, which tensors
-are large, state arrays, concatenation buffers, the keep-buffer checks) cost several times that. A layout is built
-once per (statistics request, values' dtypes and shapes, previous values' dtypes and shapes, keep buffers) and
-only filled on later calls.
+values in) with the same conditions every step. For a step of a few small tensors, sorting the tensors into the
+kernel's layout again (dtype kinds, segment starts, which tensors are large, state arrays, concatenation buffers,
+the keep-buffer checks) costs several times what the compiled kernels take. A layout is built once per (statistics
+request, values' dtypes and shapes, previous values' dtypes and shapes, keep buffers) and only filled on later
+calls; it sits behind the compiled engine (``statistics_engine.CompiledEngine.prepared_layout``).
 
 Validation on every call: the signature (each value's and previous value's type, dtype and shape; each keep
 buffer's identity, dtype and shape) is the cache key, and a keep buffer must still be the same object and writable.
@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Sequence
+from types import ModuleType
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from msdebug_hooks.conditions import _engine
-from msdebug_hooks.conditions import stats as st
 from msdebug_hooks.conditions._dtypes import KIND_BY_DTYPE, dtype_text, work_dtype
-from msdebug_hooks.conditions.batch import BatchTotals, StateColumns, group_bounds
-from msdebug_hooks.conditions.judging import compiled_rules
+from msdebug_hooks.conditions._engine import array_address
+from msdebug_hooks.conditions.compiled import NOWHERE, int_view, native, pass_mode, range_bounds, tolerance_array
+from msdebug_hooks.conditions.kept import kept_view
+from msdebug_hooks.conditions.rules import JudgingRule, RuleTables, compiled_rules
+from msdebug_hooks.conditions.state import BatchTotals, Descriptions, State, group_bounds
+from msdebug_hooks.conditions.tensor_statistics import SMALL_TENSOR, UPDATE_RATIO_EPSILON
+from msdebug_hooks.conditions.totals import StatisticsRequest
 from msdebug_hooks.errors import ConfigError
 
 _CACHE: dict[tuple, "PreparedLayout | None"] = {}   # signature -> layout (None: such calls take the general path)
@@ -36,19 +40,19 @@ _ARRAYS = frozenset({np.ndarray})
 _ARRAYS_OR_NONE = frozenset({np.ndarray, type(None)})
 
 
-def prepared_layout(k: Any, needed: frozenset[str], ranges: tuple, tolerances: tuple, wants_previous: bool,
-                    values: list, prevs: list, targets: list | None) -> "PreparedLayout | None":
+def prepared_layout(k: ModuleType, request: StatisticsRequest, values: list, prevs: list,
+                    targets: list | None) -> "PreparedLayout | None":
     """The layout for this call, locked for the caller (``release`` it), or None for the general path."""
     signature = _signature(values, prevs, targets)
     if signature is None:
         return None
-    key = (needed, ranges, tolerances, wants_previous, signature)
+    key = (request, signature)
     layout = _CACHE.get(key, _MISSING)
     if layout is None:
         return None
     if layout is _MISSING or not layout.keeps_into(targets):   # new, or an id reused by another keep buffer
         try:
-            layout = PreparedLayout(k, needed, ranges, tolerances, wants_previous, values, prevs, targets)
+            layout = PreparedLayout(k, request, values, prevs, targets)
         except ConfigError:        # a keep buffer that does not fit: the general path names it
             return None
         if len(_CACHE) >= _CACHE_SIZE:
@@ -74,8 +78,8 @@ def _signature(values: list, prevs: list, targets: list | None) -> tuple | None:
 
 
 class _LayoutTotals(BatchTotals):
-    """``BatchTotals`` whose per-tensor descriptions never change: their arrays, and the state columns that are
-    plain views of the (reused) state arrays, are made once instead of on every call."""
+    """``BatchTotals`` whose per-tensor descriptions never change: their arrays are made once instead of on every
+    call."""
 
     count = has_previous = paired = None     # plain attributes here, set by ``freeze`` (properties in the base)
 
@@ -83,17 +87,21 @@ class _LayoutTotals(BatchTotals):
         self.count = np.array(self.counts_list, np.int64)
         self.has_previous = np.array(self.has_previous_list, np.bool_)
         self.paired = np.array(self.paired_list, np.bool_)
-        columns = StateColumns(self._k, self.fstate, self.istate, self.counts, len(self.ranges))
-        self._views = {name: getattr(columns, name) for name in (*StateColumns._SLOTS, "in_range")}
         self._descriptions = super().descriptions()
 
-    def descriptions(self) -> tuple[np.ndarray, ...]:
+    def descriptions(self) -> Descriptions:
         return self._descriptions
 
-    def columns(self) -> Any:
-        columns = StateColumns(self._k, self.fstate, self.istate, self.counts, len(self.ranges))
-        columns.__dict__.update(self._views)   # any_number and close are computed from this call's state
-        return columns
+
+class _LargeTensor(NamedTuple):
+    """A tensor of a layout summed on its own: its row, the range bounds and empty keep buffer of its work dtype,
+    whether its keep buffer is filled in the pass, and its state row in the layout's totals."""
+
+    index: int
+    bounds: np.ndarray
+    nowhere: np.ndarray
+    fused: bool
+    state: State
 
 
 class _Group:
@@ -114,33 +122,33 @@ class _Group:
         self.any_paired = bool(self.paired.any())
         self.pbuf = np.zeros(total) if self.any_paired else self.buf[:0]
         self.zeros = [None if paired[i] else np.zeros(sizes[i]) for i in indices]   # unpaired: zeros, as before
-        self.fstate, self.istate, self.counts = (found.fstate[first:last], found.istate[first:last],
-                                                 found.counts[first:last])
+        self.fstate, self.istate, self.counts = found.rows(first, last)
 
 
 class PreparedLayout:
     """One batch's kernel layout and its reusable ``BatchTotals``; ``fill`` runs the pass for a matching call."""
 
-    def __init__(self, k: Any, needed: frozenset[str], ranges: tuple, tolerances: tuple, wants_previous: bool,
-                 values: list, prevs: list, targets: list | None) -> None:
+    def __init__(self, k: ModuleType, request: StatisticsRequest, values: list, prevs: list,
+                 targets: list | None) -> None:
         self.k = k
+        ranges, tolerances, wants_previous = request.ranges, request.tolerances, request.wants_previous
         self.lock = threading.Lock()
         # the keep buffers are the caller's: only weak references here, so a cached layout never keeps a finished
         # session's copies (possibly the size of the model) alive; ``fill`` takes them from the call
-        keep = [None if t is None else st.kept_view(v, t, f"keep_into[{i}]")
+        keep = [None if t is None else kept_view(v, t, f"keep_into[{i}]")
                 for i, (v, t) in enumerate(zip(values, targets or [None] * len(values)))]
         self.targets = None if targets is None else [None if t is None else weakref.ref(t) for t in targets]
-        self.mode = _engine.pass_mode(k, needed)
-        self.tolerance_array = _engine.tolerance_array(tolerances)
-        self.bounds64 = _engine.range_bounds(ranges, np.dtype(np.float64))
-        self.bounds32 = _engine.range_bounds(ranges, np.dtype(np.float32))
-        small_sizes = [v.size for v in values if v.size <= st.SMALL_TENSOR]
+        self.mode = pass_mode(k, request.needed)
+        self.tolerance_array = tolerance_array(tolerances)
+        self.bounds64 = range_bounds(ranges, np.dtype(np.float64))
+        self.bounds32 = range_bounds(ranges, np.dtype(np.float32))
+        small_sizes = [v.size for v in values if v.size <= SMALL_TENSOR]
         self.scratch = np.empty(max(small_sizes, default=0))            # small float32 tensors, as float64
         self.previous_scratch = np.empty(max(small_sizes, default=0))
-        found = self.found = _LayoutTotals(len(values), needed, ranges, tolerances, wants_previous, k)
+        found = self.found = _LayoutTotals(len(values), request)
         self.start_row = found.fstate[0].copy() if len(values) else None
         self.paired = [False] * len(values)
-        self.large: list[tuple] = []   # (index, bounds, keep array or an empty one, whether fused, state rows)
+        self.large: list[_LargeTensor] = []
         small: list[int] = []
         self.servable = True
         for index, (value, prev) in enumerate(zip(values, prevs)):
@@ -151,15 +159,13 @@ class PreparedLayout:
                 return
             n = value.size
             paired = self.paired[index] = prev is not None and wants_previous and prev.size == n
-            found.has_previous_list[index] = prev is not None
-            found.describe(index, n, dtype_text(value, kind), paired)
-            if n <= st.SMALL_TENSOR:
+            found.describe(index, n, dtype_text(value, kind), prev is not None, paired)
+            if n <= SMALL_TENSOR:
                 small.append(index)
             elif kind in ("f4", "f8") and (not paired or prev_kind == kind):
-                fused = keep[index] is not None and keep[index] is _engine.native(keep[index])
-                self.large.append((index, _engine.range_bounds(ranges, work_dtype(kind)),
-                                   _engine._NOWHERE[work_dtype(kind)], fused,
-                                   found.fstate[index], found.istate[index], found.counts[index]))
+                fused = keep[index] is not None and keep[index] is native(keep[index])
+                self.large.append(_LargeTensor(index, range_bounds(ranges, work_dtype(kind)),
+                                               NOWHERE[work_dtype(kind)], fused, found.row(index)))
             else:
                 self.servable = False        # converted chunk by chunk: the general path does it
                 return
@@ -171,10 +177,10 @@ class PreparedLayout:
             not paired or p.dtype == np.float32 for p, paired in zip(prevs, self.paired))
         self._addressed: dict[tuple, Any] = {}       # the arrays' identities -> their address table
         self._seen: set[tuple] = set()               # identities met once: a table is made when one comes back
-        self._rule_tables: dict[int, tuple] = {}     # id(rules) -> (rules, its compiled tables)
+        self._rule_tables: dict[int, tuple[list[JudgingRule], RuleTables]] = {}   # id(rules) -> (rules, tables)
         self._marked: dict[int, np.ndarray] = {}     # number of conditions -> the marks array
 
-    def reportable_pairs(self, rules: list[tuple]) -> list[list[int]]:
+    def reportable_pairs(self, rules: list[JudgingRule]) -> list[list[int]]:
         """[tensor, condition] of the pairs that may be reportable after ``fill``, judged by one compiled call
         (``_step_kernels.mark_reportable``: a superset of ``judging.reportable_pairs``, which the exact evaluation of
         each pair narrows); [] on a step without a hit, which is the whole judging then. The rules' tables are made
@@ -183,16 +189,16 @@ class PreparedLayout:
         if tables is None or tables[0] is not rules:
             if len(self._rule_tables) >= 8:
                 self._rule_tables.clear()
-            tables = self._rule_tables[id(rules)] = (rules, *compiled_rules(self.k, rules, self.found.ranges,
-                                                                            self.found.tolerances))
-        _, conditions, comparisons, limits = tables
+            tables = self._rule_tables[id(rules)] = (rules, compiled_rules(self.k, rules, self.found.ranges,
+                                                                           self.found.tolerances))
+        conditions, comparisons, limits = tables[1]
         found = self.found
         marked = self._marked.get(len(rules))
         if marked is None:
             marked = self._marked[len(rules)] = np.empty((found.size, len(rules)), np.bool_)
         if not self.k.mark_reportable(found.fstate, found.istate, found.counts, found.count, len(found.ranges),
                                       found.has_previous, found.paired, conditions, comparisons, limits,
-                                      st.UPDATE_RATIO_EPSILON, marked):
+                                      UPDATE_RATIO_EPSILON, marked):
             return []
         return np.argwhere(marked).tolist()
 
@@ -220,8 +226,8 @@ class PreparedLayout:
         table = np.zeros((len(values), self.k.FILL_COLUMNS), np.int64)
         for j, (value, prev) in enumerate(zip(values, prevs)):
             keep = None if targets is None else targets[j]
-            table[j] = (_engine.array_address(value), _engine.array_address(prev) if self.paired[j] else 0,
-                        0 if keep is None else _engine.array_address(keep), value.size, value.size > st.SMALL_TENSOR,
+            table[j] = (array_address(value), array_address(prev) if self.paired[j] else 0,
+                        0 if keep is None else array_address(keep), value.size, value.size > SMALL_TENSOR,
                         self.paired[j])
         if len(self._addressed) >= 4:
             self._addressed.clear()
@@ -260,11 +266,11 @@ class PreparedLayout:
             found.fstate[:] = self.start_row
             found.istate.fill(0)
             found.counts.fill(0)
-        for index, bounds, nowhere, fused, fstate, istate, counts in self.large:   # rows of ``found``
+        for index, bounds, nowhere, fused, (fstate, istate, counts) in self.large:   # rows of ``found``
             keep_into = keep[index] if fused else nowhere
-            x = _engine.native(values[index].ravel())
-            prev = _engine.native(prevs[index].ravel()) if self.paired[index] else x[:0]
-            k.accumulate(x, _engine.int_view(x), prev, self.mode, self.paired[index], bounds, self.tolerance_array,
+            x = native(values[index].ravel())
+            prev = native(prevs[index].ravel()) if self.paired[index] else x[:0]
+            k.accumulate(x, int_view(x), prev, self.mode, self.paired[index], bounds, self.tolerance_array,
                          fstate, istate, counts, keep_into)
             if keep[index] is not None and not fused:
                 np.copyto(keep[index], x.view(keep[index].dtype))

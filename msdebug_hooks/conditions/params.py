@@ -9,21 +9,21 @@ always fires) is reported when it is written, not silently ignored during traini
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import real_number
 
 CHECK, SUPPORT, HIDDEN = "check", "support", "hidden"
 
-#: value limit -> (test, human description)
+#: value limit -> (``real_number``'s bounds, human description); every limit also requires a finite number
 _LIMITS = {
-    "normal": (lambda v: math.isfinite(v), "a finite number"),
-    "percentage": (lambda v: 0.0 <= v <= 100.0, "a number from 0 to 100"),
-    "abs": (lambda v: 0.0 <= v < math.inf, "a finite number >= 0"),
-    "positive": (lambda v: 0.0 < v < math.inf, "a finite number > 0"),
+    "normal": ({}, "a finite number"),
+    "percentage": ({"minimum": 0.0, "maximum": 100.0}, "a number from 0 to 100"),
+    "abs": ({"minimum": 0.0}, "a finite number >= 0"),
+    "positive": ({"above": 0.0}, "a finite number > 0"),
 }
 
 #: the comparison a parameter name's last ``_`` suffix selects (MindSpore ``parameter_t::Evaluate``)
@@ -68,20 +68,12 @@ def _coerce(owner: str, spec: ParamSpec, value: Any) -> float | bool:
         if isinstance(value, (int, float)) and value in (0, 1):  # the protocol carries equal_nan as a double 0/1
             return bool(value)
         raise ConfigError(field, value, spec.allowed)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            import numpy as np
-            if isinstance(value, np.generic) and np.issubdtype(type(value), np.number):
-                value = value.item()
-            else:
-                raise TypeError
-        except TypeError:
-            raise ConfigError(field, value, spec.allowed) from None
-    number = float(value)
-    test, _ = _LIMITS[spec.limit]
-    if not test(number):
-        raise ConfigError(field, value, spec.allowed)
-    return number
+    if not isinstance(value, (int, float)):
+        import numpy as np
+        if isinstance(value, np.generic) and np.issubdtype(type(value), np.number):
+            value = value.item()       # a numpy scalar (a statistic, a value read from a file) as the number it is
+    bounds, allowed = _LIMITS[spec.limit]
+    return real_number(field, value, allowed=allowed, **bounds)
 
 
 def validate_params(owner: str, specs: Sequence[ParamSpec], given: Mapping[str, Any]) -> dict[str, float | bool]:
