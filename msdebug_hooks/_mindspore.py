@@ -23,7 +23,7 @@ def parse_version(text: str) -> Version:
 @functools.lru_cache(maxsize=1)
 def installed_version_string() -> Optional[str]:
     """The installed MindSpore's version, from package metadata (no import), or None if it is not installed."""
-    import importlib.metadata   # here: importing it costs ~15 ms, and most users of this module never ask
+    import importlib.metadata   # here: importing it is slow, and most users of this module never ask
 
     for dist in ("mindspore", "mindspore-gpu", "mindspore-ascend"):
         try:

@@ -1,10 +1,10 @@
 """The parameters' values as numpy arrays every step, without paying ``asnumpy`` for each of them every step.
 
-``Parameter.asnumpy()`` costs about 17 us per parameter in MindSpore 2.10 (it builds a new array object each time):
-for LeNet's 8 weights that alone is 1.5 % of a 9 ms step. On the CPU the array it returns is a view of the
-parameter's own storage, which the optimizer updates in place, so the view stays right as long as the parameter
-keeps that storage. ``Tensor.data_ptr()`` (under a microsecond; ``_data_ptr()`` before it was public) says where the storage is now: while it equals the
-view's address the view is reused; when it moved (``set_data``, a reloaded checkpoint) or is elsewhere altogether
+``Parameter.asnumpy()`` builds a new array object each time in MindSpore 2.10, a per-parameter cost that shows in a
+small network's short step. On the CPU the array it returns is a view of the parameter's own storage, which the
+optimizer updates in place, so the view stays right as long as the parameter keeps that storage.
+``Tensor.data_ptr()`` (cheap; ``_data_ptr()`` before it was public) says where the storage is now: while it equals
+the view's address the view is reused; when it moved (``set_data``, a reloaded checkpoint) or is elsewhere altogether
 (GPU/Ascend memory: there ``asnumpy`` copies to the host) the value is read again with ``asnumpy``.
 
 A view needs no synchronisation: when a CPU training step's end hooks run, MindSpore has finished the step's kernels

@@ -26,11 +26,10 @@ How it works, per training run (state kept on the run's shared ``cb_params``):
   list, a vote stops only this rank and a warning says the job may hang.
 
 MindSpore 2.10's CPU ``AllReduce`` supports only ``SUM`` over float16/float32, so a MAX of flags is a sum of counts,
-and the votes are bytes laid out at ``rank * slot``: the sum of the buffers is their concatenation. Measured on the
-CPU with two ranks (``benchmarks/distributed_overhead.py``): a PyNative ``ops.AllReduce`` of one float costs
-0.13-0.57 ms back to back; inside a training step the agreement takes ~0.7 ms of CPU and ~2 ms of wall time (that
-includes waiting for the slower rank) against a ~180 ms data-parallel LeNet step. ``comm_func.all_reduce`` has no
-CPU kernel in 2.10, and a jitted cell costs about twice the PyNative op.
+and the votes are bytes laid out at ``rank * slot``: the sum of the buffers is their concatenation. What the
+agreement costs a step (mostly waiting for the slower rank, time it would otherwise wait in the next gradient
+all-reduce) is measured by ``benchmarks/distributed_overhead.py`` (docs/performance.md#agreed-stop-decisions-msrun).
+``comm_func.all_reduce`` has no CPU kernel in 2.10, and a jitted cell costs more than the PyNative op.
 """
 from __future__ import annotations
 

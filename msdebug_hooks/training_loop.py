@@ -36,8 +36,8 @@ def request_stop(run_context: Any, logger: logging.Logger, reason: str, *, sourc
     """Ask MindSpore to stop after the current step and say why, in one log line that names the rank.
 
     ``request_stop()`` lets every callback's ``on_train_epoch_end`` / ``on_train_end`` run (an exception would not).
-    In a multi-rank job this is a vote that every rank agrees on before anyone stops (``stop_agreement.py``), so all ranks
-    stop after the same step; ``source`` is the voting callback (its class names the vote on the other ranks).
+    In a multi-rank job this is a vote that every rank agrees on before anyone stops (``stop_agreement.py``), so all
+    ranks stop after the same step; ``source`` is the voting callback (its class names the vote on the other ranks).
     """
     from msdebug_hooks import stop_agreement
 

@@ -5,7 +5,6 @@ setting trains in a subprocess of its own.
 """
 from __future__ import annotations
 
-import logging
 import os
 import re
 import subprocess
@@ -57,7 +56,7 @@ def python_runner():
 
 
 # A real MindInsight 2.3.1 server (own venv, free ports, always stopped): fixtures for every test module.
-from mindinsight_server import mindinsight_server, mindinsight_venv  # noqa: E402,F401
+from mindinsight_server import mindinsight, mindinsight_server, mindinsight_venv  # noqa: E402,F401
 
 # Real MindSpore sync dumps (LeNet; LeNet with a NaN-making layer), trained once per session.
 from dump_fixtures import lenet_dump, nan_dump  # noqa: E402,F401
@@ -70,8 +69,8 @@ from compare_fixtures import (lenet_dump_fc2_nudged, lenet_dump_rerun, lenet_dum
 # Fixtures that train MindSpore (in a subprocess) to make their dump or run: a test using one starts MindSpore, so it
 # carries the `mindspore` marker. pytest does not pass markers from fixtures to tests; this hook does, before `-m`
 # selects (tryfirst), so a new test using these fixtures cannot slip into the fast lane.
-TRAINING_FIXTURES = frozenset({"lenet_dump", "nan_dump", "lenet_dump_rerun", "lenet_dump_shifted", "lenet_dump_fc2_nudged",
-                               "two_runs_example"})
+TRAINING_FIXTURES = frozenset({"lenet_dump", "nan_dump", "lenet_dump_rerun", "lenet_dump_shifted",
+                               "lenet_dump_fc2_nudged", "two_runs_example"})
 
 
 @pytest.hookimpl(tryfirst=True)

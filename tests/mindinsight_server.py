@@ -284,3 +284,10 @@ def mindinsight_server(mindinsight_venv: Path) -> Iterator[MindInsightServer]:
     """A running MindInsight 2.3.1 with the debugger enabled, on free ports; stopped at the end of the session."""
     with running_mindinsight(mindinsight_venv) as server:
         yield server
+
+
+@pytest.fixture
+def mindinsight(mindinsight_server: MindInsightServer) -> Iterator[MindInsightServer]:
+    """The session's MindInsight, handed back ``pending`` for the next test whatever this one left attached."""
+    yield mindinsight_server
+    mindinsight_server.rest.reset()

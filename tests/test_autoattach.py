@@ -87,11 +87,13 @@ def test_pth_line_installs_the_hook_only_when_enabled(tmp_path):
 
 
 def test_wheel_installs_the_pth_into_site_packages(tmp_path):
-    import subprocess, sys, zipfile
+    import subprocess
+    import sys
+    import zipfile
     from conftest import ROOT
 
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
-                    str(ROOT)], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
     wheel = next(tmp_path.glob("msdebug_hooks-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.endswith("site-packages/msdebug_hooks_autoattach.pth")

@@ -39,7 +39,7 @@ def scripts(tmp_path, monkeypatch):
     def make(name: str, **changes) -> Path:
         out = text
         for constant, value in changes.items():
-            line = next(l for l in out.splitlines() if l.startswith(f"{constant} = "))
+            line = next(row for row in out.splitlines() if row.startswith(f"{constant} = "))
             out = out.replace(line, f"{constant} = {value!r}", 1)
             assert out != text
         path = tmp_path / name

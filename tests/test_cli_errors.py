@@ -45,7 +45,7 @@ def test_truncated_json_is_invalid_not_a_crash(tmp_path, capsys, text, expecting
     config.write_text(text)
     code, out, err = run_cli(capsys, "check-config", config)
     assert code == 2 and no_traceback(out, err)
-    assert f"'<end of file>' is not allowed" in out and expecting in out and "truncated or empty?" in out
+    assert "'<end of file>' is not allowed" in out and expecting in out and "truncated or empty?" in out
     assert out.splitlines()[-1] == f"{config}: invalid"
 
 

@@ -17,7 +17,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import EXAMPLES, ROOT, run_python  # noqa: E402
-from msdebug_hooks.compare.layer_capture import read_capture  # noqa: E402
 from msdebug_hooks.compare.layers import compare_layers  # noqa: E402
 from torch_training import make_lenet_bn_torch, train_and_capture  # noqa: E402
 

@@ -9,82 +9,24 @@ end hook, saves the weights; the tests read both. Every training process is kill
 """
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES, ROOT
+from server_training import Training, training as started
 
 pytestmark = [pytest.mark.mindspore, pytest.mark.mindinsight, pytest.mark.timeout(240)]
 
-SCRIPT = ROOT / "tests" / "scripts" / "plain_lenet_train.py"
 BACKBONE = "Default/network-WithLossCell/_backbone-LeNet5"
 WEIGHTS = ["conv1.weight", "conv2.weight", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight",
            "fc3.bias"]
 
 
-@dataclass
-class Training:
-    proc: subprocess.Popen
-    log: Path
-    weights: Path
-    output: Path
-
-    def lines(self) -> list[str]:
-        return self.log.read_text().split() if self.log.exists() else []
-
-    def steps(self) -> int:
-        return sum(1 for line in self.log.read_text().splitlines() if line.startswith("step ")) \
-            if self.log.exists() else 0
-
-    def finish(self, timeout: float = 60) -> int:
-        code = self.proc.wait(timeout)
-        return code
-
-    def out(self) -> str:
-        return self.output.read_text(errors="replace")
-
-
-@contextlib.contextmanager
-def training(tmp_path: Path, server, *args: str, launcher: str = "pth") -> Iterator[Training]:
-    """Start the plain script against ``server`` (env variables only); always kill it on the way out."""
-    site_dir = tmp_path / "site-packages"
-    site_dir.mkdir(exist_ok=True)
-    shutil.copy(ROOT / "msdebug_hooks_autoattach.pth", site_dir)
-    log, weights, output = tmp_path / "steps.log", tmp_path / "weights.npz", tmp_path / "output.txt"
-    argv = [str(SCRIPT), "--log", str(log), "--save", str(weights), *args]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(EXAMPLES), str(ROOT)]), ENABLE_MS_DEBUGGER="1",
-               MS_DEBUGGER_HOST=server.host, MS_DEBUGGER_PORT=str(server.debugger_port))
-    if launcher == "pth":
-        code = (f"import runpy, site, sys; site.addsitedir({str(site_dir)!r}); sys.argv = {argv!r}; "
-                f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')")
-        command = [sys.executable, "-c", code]
-    else:
-        env.pop("ENABLE_MS_DEBUGGER")
-        command = [str(Path(sys.executable).parent / "msdebug"), "run", "--host", server.host, "--port",
-                   str(server.debugger_port), *argv]
-    with open(output, "w") as out:
-        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
-    run = Training(proc, log, weights, output)
-    try:
-        yield run
-    except BaseException:
-        print(run.out()[-4000:])
-        raise
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-        server.rest.reset()
+def training(tmp_path: Path, server, *args: str, launcher: str = "pth"):
+    """The plain script against MindInsight's debugger port (env variables only, or ``msdebug run``)."""
+    return started(tmp_path, server.debugger_port, *args, host=server.host, launcher=launcher)
 
 
 def _walk(nodes):
@@ -121,9 +63,9 @@ def _actual(entry: dict, name: str) -> float:
 
 
 
-def test_env_started_script_shows_graph_steps_pauses_and_terminates_cleanly(mindinsight_server, tmp_path):
-    rest = mindinsight_server.rest
-    with training(tmp_path, mindinsight_server, "--batches", "3000") as run:
+def test_env_started_script_shows_graph_steps_pauses_and_terminates_cleanly(mindinsight, tmp_path):
+    rest = mindinsight.rest
+    with training(tmp_path, mindinsight, "--batches", "3000") as run:
         meta = _at_step(rest, run, 0)                                               # initial suspension
         assert (meta["backend"], meta["debugger_version"]["ms"]) == ("GPU", "2.10.0") and run.steps() == 0
         assert _weights_listed(rest) == sorted(f"{BACKBONE}/{w.split('.')[0]}-{'Conv2d' if 'conv' in w else 'Dense'}/"
@@ -148,10 +90,10 @@ def test_env_started_script_shows_graph_steps_pauses_and_terminates_cleanly(mind
         rest.wait_for_state("pending")
 
 
-def test_weight_watchpoint_hits_rechecks_and_views_a_chunked_weight(mindinsight_server, tmp_path):
-    rest = mindinsight_server.rest
+def test_weight_watchpoint_hits_rechecks_and_views_a_chunked_weight(mindinsight, tmp_path):
+    rest = mindinsight.rest
     fc1 = f"{BACKBONE}/fc1-Dense/fc1.weight"
-    with training(tmp_path, mindinsight_server, "--width", "2700") as run:    # fc1.weight: 2700x400 f32, 4.3 MB
+    with training(tmp_path, mindinsight, "--width", "2700") as run:    # fc1.weight: 2700x400 f32, 4.3 MB
         _at_step(rest, run, 0)
         large = rest.create_watchpoint("weight_too_large", {"max_gt": 0.0})["id"]
         rest.continue_steps(-1)                                                # until a hit
@@ -182,12 +124,12 @@ def test_weight_watchpoint_hits_rechecks_and_views_a_chunked_weight(mindinsight_
     assert _actual(rechecked["fc1.weight"][small], "max_lt") == pytest.approx(float(saved.max()))
 
 
-def test_frozen_and_zero_lr_layers_hit_change_conditions_and_overflow_hits_at_its_step(mindinsight_server, tmp_path):
+def test_frozen_and_zero_lr_layers_hit_change_conditions_and_overflow_hits_at_its_step(mindinsight, tmp_path):
     """fc3 is frozen (requires_grad=False, not in the optimizer), fc2 is in an lr-0 group; batch 4 (step 5) holds
     a NaN/Inf input that makes conv1.weight non-finite. Started through ``msdebug run``."""
-    rest = mindinsight_server.rest
-    with training(tmp_path, mindinsight_server, "--frozen", "fc3", "--zero-lr", "fc2", "--nan-batch", "4",
-                  launcher="msdebug run") as run:
+    rest = mindinsight.rest
+    with training(tmp_path, mindinsight, "--frozen", "fc3", "--zero-lr", "fc2", "--nan-batch", "4",
+                  launcher="msdebug-run") as run:
         _at_step(rest, run, 0)
         listed = {name.rsplit("/", 1)[-1] for name in _weights_listed(rest)}
         assert listed == set(WEIGHTS)                                          # frozen fc3 is shown and watchable

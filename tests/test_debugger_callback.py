@@ -3,6 +3,7 @@ progress line, ``msdebug run``, and a hand-written loop (DebugSession) driven by
 against the real MindInsight 2.3.1 is in test_debugger_acceptance.py."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -13,7 +14,6 @@ import time
 
 import pytest
 
-from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.debugger.progress import ProgressLine
 from msdebug_hooks.debugger.settings import DebuggerSettings, validate_address
 from msdebug_hooks.errors import ConfigError, ConfigErrors
@@ -67,6 +67,49 @@ def test_arguments_are_checked_like_the_variables():
         validate_address("127.0.0.1", True)
     with pytest.raises(ConfigError, match="host='' is not allowed"):
         validate_address("", 50051)
+
+
+def test_settings_check_every_value_once_and_report_them_together():
+    """``DebuggerSettings`` is the one place the debugger's values are checked: every instance, all problems in one
+    exception, with the messages the callback's arguments always had."""
+    settings = DebuggerSettings(on_server_lost=" Stop ", port="15051", reconnect_window=float("inf"))
+    assert (settings.on_server_lost, settings.port, settings.reconnect_window) == ("stop", 15051, float("inf"))
+    with pytest.raises(ConfigError, match=r"heartbeat_period=3 is not allowed: an int 5..3600 \(seconds"):
+        DebuggerSettings(heartbeat_period=3)
+    with pytest.raises(ConfigErrors) as info:
+        DebuggerSettings(rpc_timeout=0, device_id=-1, reconnect_window=-1, on_server_lost="pause", host="a b")
+    assert [e.field for e in info.value.errors] == ["host", "on_server_lost", "reconnect_window", "rpc_timeout",
+                                                    "device_id"]
+    assert "rpc_timeout=0 is not allowed: a number of seconds > 0" in str(info.value)
+    assert "reconnect_window=-1 is not allowed: a number of seconds >= 0 (0: never reconnect)" in str(info.value)
+    with pytest.raises(ConfigError, match="connect_timeout=True is not allowed"):
+        DebuggerSettings(connect_timeout=True)
+
+
+def test_settings_take_the_callbacks_keyword_arguments():
+    base = DebuggerSettings.from_env(_env(MS_DEBUGGER_PORT="15051", MSDEBUG_DEBUGGER_ON_LOST="stop"))
+    settings = base.with_options(rpc_timeout=3, wait_for_server=True)
+    assert (settings.address, settings.on_server_lost, settings.rpc_timeout, settings.wait_for_server) == \
+        ("localhost:15051", "stop", 3.0, True)
+    assert base.with_options(host=" 127.0.0.1 ", port="8080").address == "127.0.0.1:8080"
+    with pytest.raises(ConfigError, match="port=70000"):
+        base.with_options(port=70000)
+    with pytest.raises(ConfigError, match="tls_key"):               # a certificate needs its key: named as passed
+        base.with_options(tls_cert=__file__)
+    with pytest.raises(TypeError, match="'retries'"):
+        base.with_options(retries=3)
+
+
+@pytest.mark.mindspore
+def test_callback_is_built_from_settings_and_reads_them_as_attributes():
+    from msdebug_hooks.debugger.callback import DebuggerCallback
+
+    settings = DebuggerSettings(host="127.0.0.1", port=15051, heartbeat_period=60)
+    callback = DebuggerCallback(settings=settings, rpc_timeout=2)
+    assert callback.settings == dataclasses.replace(settings, rpc_timeout=2.0)
+    assert (callback.address, callback.heartbeat_period, callback.rpc_timeout) == ("127.0.0.1:15051", 60, 2.0)
+    assert DebuggerCallback().address == "127.0.0.1:50051"           # the defaults the README documents
+    assert not hasattr(callback, "no_such_setting")
 
 
 @pytest.mark.mindspore

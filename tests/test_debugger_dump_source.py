@@ -9,75 +9,25 @@ training still gets the dump (set up at start-up by the env path), with weight w
 """
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES
+from server_training import DUMP, Training, training as started
 
 pytestmark = [pytest.mark.mindspore, pytest.mark.mindinsight, pytest.mark.timeout(240)]
 
-SCRIPT = ROOT / "tests" / "scripts" / "dump_source_train.py"
 NAN_SCRIPT_LINE = "return ops.sqrt(x + 1.0)"
 SCALE = "Default/network-WithLossCell/_backbone-SqrtLeNet/scale-SqrtScale"
 LENET = "Default/network-WithLossCell/_backbone-SqrtLeNet/lenet-LeNet5"
 
 
-@dataclass
-class Training:
-    proc: subprocess.Popen
-    log: Path
-    output: Path
-
-    def records(self) -> list[dict]:
-        rows = []
-        for line in (self.log.read_text().splitlines() if self.log.exists() else []):
-            parts = line.split()
-            if parts[0] == "step":
-                rows.append({"step": int(parts[1]), "bytes": int(parts[3]), "iterations": int(parts[5]),
-                             "step_bytes": int(parts[7])})
-        return rows
-
-    def out(self) -> str:
-        return self.output.read_text(errors="replace")
-
-
-@contextlib.contextmanager
-def training(tmp_path: Path, server, *args: str) -> Iterator[Training]:
-    """The plain script with the debugger attached by env variables only; always killed on the way out."""
-    site_dir = tmp_path / "site-packages"
-    site_dir.mkdir(exist_ok=True)
-    shutil.copy(ROOT / "msdebug_hooks_autoattach.pth", site_dir)
-    log, output = tmp_path / "steps.log", tmp_path / "output.txt"
-    argv = [str(SCRIPT), "--log", str(log), *args]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(EXAMPLES), str(ROOT)]), ENABLE_MS_DEBUGGER="1",
-               MS_DEBUGGER_HOST=server.host, MS_DEBUGGER_PORT=str(server.debugger_port), MS_DEBUGGER_SOURCE="dump")
-    env.pop("MINDSPORE_DUMP_CONFIG", None)
-    code = (f"import runpy, site, sys; site.addsitedir({str(site_dir)!r}); sys.argv = {argv!r}; "
-            f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')")
-    with open(output, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                cwd=tmp_path)
-    run = Training(proc, log, output)
-    try:
-        yield run
-    except BaseException:
-        print(run.out()[-4000:])
-        print(server.logs()[-3000:])
-        raise
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-        server.rest.reset()
+def training(tmp_path: Path, server, *args: str):
+    """The dump-source script against MindInsight (env variables only, ``MS_DEBUGGER_SOURCE=dump``)."""
+    return started(tmp_path, server.debugger_port, *args, script=DUMP, host=server.host,
+                   env={"MS_DEBUGGER_SOURCE": "dump"}, failure_logs=server.logs)
 
 
 def _walk(nodes):
@@ -115,10 +65,10 @@ def _hit_nodes(rest) -> dict[str, list[dict]]:
 
 
 
-def test_tensor_overflow_catches_the_nan_at_its_kernel_and_step_with_its_source_line(mindinsight_server, tmp_path):
-    rest = mindinsight_server.rest
+def test_tensor_overflow_catches_the_nan_at_its_kernel_and_step_with_its_source_line(mindinsight, tmp_path):
+    rest = mindinsight.rest
     keep = tmp_path / "relu_step2.npy"
-    with training(tmp_path, mindinsight_server, "--steps", "8", "--bad-step", "2", "--keep-op",
+    with training(tmp_path, mindinsight, "--steps", "8", "--bad-step", "2", "--keep-op",
                   "Default_network-WithLossCell__backbone-SqrtLeNet_lenet-LeNet5_relu-ReLU_ReLU-op0",
                   "--keep-step", "2", "--keep-to", str(keep)) as run:
         _at_step(rest, run, 0)
@@ -160,9 +110,9 @@ def test_tensor_overflow_catches_the_nan_at_its_kernel_and_step_with_its_source_
     np.testing.assert_array_equal(value, dumped[0, 0])
 
 
-def test_scratch_dump_holds_about_one_step_over_100_steps_and_is_removed(mindinsight_server, tmp_path):
-    rest = mindinsight_server.rest
-    with training(tmp_path, mindinsight_server, "--steps", "100") as run:
+def test_scratch_dump_holds_about_one_step_over_100_steps_and_is_removed(mindinsight, tmp_path):
+    rest = mindinsight.rest
+    with training(tmp_path, mindinsight, "--steps", "100") as run:
         _at_step(rest, run, 0)
         rest.continue_steps(-1)                                   # no watchpoint: runs to the end
         assert run.proc.wait(180) == 0
@@ -177,11 +127,11 @@ def test_scratch_dump_holds_about_one_step_over_100_steps_and_is_removed(mindins
     assert root.name.startswith("msdebug_dump_") and not root.exists()   # removed when training ended
 
 
-def test_env_activation_sets_the_dump_up_before_a_graph_compiled_ahead_of_training(mindinsight_server, tmp_path):
+def test_env_activation_sets_the_dump_up_before_a_graph_compiled_ahead_of_training(mindinsight, tmp_path):
     """The script runs ``model.predict`` before ``model.train``: MindSpore reads the dump setting at that first
     compile, so only the start-up configuration of the env path (``dump_scratch.configure_early``) gets a dump."""
-    rest = mindinsight_server.rest
-    with training(tmp_path, mindinsight_server, "--steps", "5", "--bad-step", "1", "--warmup") as run:
+    rest = mindinsight.rest
+    with training(tmp_path, mindinsight, "--steps", "5", "--bad-step", "1", "--warmup") as run:
         _at_step(rest, run, 0)
         top = {n["name"] for n in rest.retrieve_all()["graph"]["nodes"]}
         assert {"Default", "Gradients"} <= top                      # the training graph, not the predict graph
@@ -191,7 +141,8 @@ def test_env_activation_sets_the_dump_up_before_a_graph_compiled_ahead_of_traini
         _at_step(rest, run, 1)                                      # weights (live) vs their step-0 copies
         hits = _hit_nodes(rest)
         weights = {name.rsplit("/", 1)[-1] for name in hits}
-        assert {"lenet.conv1.weight", "lenet.fc3.bias"} <= weights and all(n.endswith((".weight", ".bias")) for n in weights)
+        assert {"lenet.conv1.weight", "lenet.fc3.bias"} <= weights
+        assert all(n.endswith((".weight", ".bias")) for n in weights)
         assert all(e["id"] == change and e["error_list"] == [] for entries in hits.values() for e in entries)
         rest.delete_watchpoint(change)
         rest.create_watchpoint("tensor_overflow")

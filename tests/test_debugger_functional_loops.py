@@ -42,7 +42,7 @@ def test_debug_pauses_the_unmodified_tutorial_loop_at_its_nan_step(tmp_path, var
     # the terminate at the end of the commands ended the loop like the end of its data: 3 steps, then the script
     # evaluated and finished on its own (exit 0), no traceback
     assert "training exited with code 0" in proc.stdout
-    assert [l.split()[1] for l in log.read_text().splitlines() if l.startswith("step")] == ["1", "2", "3"]
+    assert [row.split()[1] for row in log.read_text().splitlines() if row.startswith("step")] == ["1", "2", "3"]
     assert log.read_text().splitlines()[-1] == "end" and "done" in out and "Traceback" not in out
     assert "a step is one call of the optimizer" in out
 

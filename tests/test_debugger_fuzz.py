@@ -131,7 +131,7 @@ def five_thousand_random_replies() -> None:
     rng = np.random.default_rng(6)
     total = 5200
     with FaultServer() as server:
-        for i in range(total):
+        for _ in range(total):
             server.command(RUN if rng.random() < 0.2 else random_wire(rng))   # a valid step now and then
         server.auto_reply = pb.EventReply(exit=True)              # once the stream is spent: end
         sessions = []

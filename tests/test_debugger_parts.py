@@ -6,9 +6,8 @@ import time
 import numpy as np
 import pytest
 
-from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
-from msdebug_hooks.debugger.dtypes import data_type, numpy_dtype, wire_array
+from msdebug_hooks.wire.dtypes import data_type, numpy_dtype, wire_array
 from msdebug_hooks.debugger.heartbeat import Heartbeat
 from msdebug_hooks.debugger.transport import Transport
 from msdebug_hooks.debugger.views import base_answer, lookup_key, stats_answer, tensor_value_answer
@@ -79,5 +78,8 @@ def test_heartbeat_gives_up_after_five_failures_without_raising():
 
 
 def test_heartbeat_period_outside_the_server_range_is_refused():
-    with pytest.raises(ValueError, match="period=3: allowed 5..3600"):
-        Heartbeat(lambda beat: pb.EventReply(), period=3)
+    """Checked once, in the settings every heartbeat's period comes from."""
+    from msdebug_hooks.debugger.settings import DebuggerSettings
+
+    with pytest.raises(ValueError, match="heartbeat_period=3 is not allowed: an int 5..3600"):
+        DebuggerSettings(heartbeat_period=3)

@@ -228,3 +228,25 @@ def test_training_done_is_reported_at_the_end(session, server):
     session.step_end()
     session.finish()
     assert server.recorded.metadata[-1].training_done and server.recorded.metadata[-1].cur_step == 1
+
+
+def test_a_session_takes_its_settings_checked_once(server, values):
+    """``settings`` (or its fields one by one, over it) decide the device name, heartbeat and pause lines; a bad value
+    is refused by ``DebuggerSettings`` with its usual message before anything starts."""
+    from msdebug_hooks.debugger.settings import DebuggerSettings
+    from msdebug_hooks.errors import ConfigError
+
+    settings = DebuggerSettings(device_id=3, heartbeat_period=60, on_server_lost="stop")
+    session = DebuggerSession(Transport(server.address, timeout=5), _graph(), values, ms_version="2.10.0",
+                              settings=settings, progress_interval=0.2)
+    try:
+        assert session.settings == DebuggerSettings(device_id=3, heartbeat_period=60, on_server_lost="stop",
+                                                    progress_interval=0.2)
+        assert session.device_name == "3:0" and session.connect()
+        (beat,) = server.recorded.heartbeats[:1]
+        assert beat.period == 60
+    finally:
+        session.close()
+    for name, value in (("heartbeat_period", 3), ("reconnect_interval", 0), ("max_view_bytes", -1)):
+        with Transport(server.address, timeout=5) as transport, pytest.raises(ConfigError, match=f"{name}={value}"):
+            DebuggerSession(transport, _graph(), values, ms_version="2.10.0", **{name: value})

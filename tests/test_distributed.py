@@ -43,7 +43,7 @@ def test_nan_on_rank_1_only_stops_both_ranks_after_the_same_step_and_names_rank_
     # LossGuard, StopAtTime and StopAtStep together: one all-reduce per step, plus one to share the reasons
     assert rank0["agreement_collectives"] == rank1["agreement_collectives"] == NAN_STEP + 1
     for rank in (0, 1):                                              # the same agreed line on both ranks
-        line = next(l for l in job.worker_log(rank).splitlines() if "stopping training on all 2 ranks" in l)
+        line = next(row for row in job.worker_log(rank).splitlines() if "stopping training on all 2 ranks" in row)
         assert f"after epoch 1, step {NAN_STEP}: rank 1: LossGuard: loss is inf" in line
         assert "rank 0:" not in line.split("ranks after")[1]          # rank 0 did not vote
     assert "asking every rank to stop" in job.worker_log(1) and "asking every rank to stop" not in job.worker_log(0)
@@ -95,7 +95,7 @@ def test_stop_at_time_with_ranks_at_different_speeds_stops_both_after_the_same_s
     assert rank0["timer"]["stopped_step"] == rank1["timer"]["stopped_step"] == stopped
     assert rank0["guard"]["failed_step"] is None
     for rank in (0, 1):
-        line = next(l for l in job.worker_log(rank).splitlines() if "stopping training on all 2 ranks" in l)
+        line = next(row for row in job.worker_log(rank).splitlines() if "stopping training on all 2 ranks" in row)
         assert f"step {stopped}: rank 1: StopAtTime: time budget" in line
         assert "rank 0:" not in line.split("ranks after")[1]           # rank 0 still had time: it did not vote
 
@@ -154,5 +154,5 @@ def test_mindinsight_pause_and_terminate_on_rank_0_stop_both_ranks_cleanly(tmp_p
     assert rank0["steps"] == rank1["steps"] == list(range(1, paused + 1))   # rank 1 followed, both stopped there
     assert "follows the debugger of rank 0" in job.worker_log(1)
     for rank in (0, 1):
-        line = next(l for l in job.worker_log(rank).splitlines() if "stopping training on all 2 ranks" in l)
+        line = next(row for row in job.worker_log(rank).splitlines() if "stopping training on all 2 ranks" in row)
         assert f"step {paused}: rank 0: the debugger server asked to terminate the training at step {paused}" in line

@@ -117,7 +117,7 @@ def test_without_a_target_every_config_mindspore_accepts_is_accepted():
 
 
 def test_round_trip_of_every_accepted_corpus_config():
-    for name, case in CASES.items():
+    for name in CASES:
         verdict, _, config = our_verdict(name)
         if verdict != "accepted":
             continue
@@ -165,7 +165,7 @@ def run_training(tmp_path: Path, setup: str) -> dict:
     dump = tmp_path / "dump"
     code = TRAIN.replace("{setup}", setup.strip().replace("\n", "\n        ")).replace("{{", "{").replace("}}", "}")
     proc = run_python(code, env={"DUMP_DIR": str(dump), "XDG_CACHE_HOME": str(tmp_path / ".cache")}, timeout=300)
-    line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    line = [text for text in proc.stdout.splitlines() if text.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):])
 
 

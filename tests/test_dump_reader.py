@@ -50,7 +50,8 @@ def test_real_dump_layout(lenet_dump):
     assert dump.metadata(0)["config"]["device_target"] == "CPU"
     assert dump.metadata(0)["data_dump"]["common_dump_settings"]["net_name"] == "Net"
     for iteration in (0, 1, 2):
-        on_disk = sorted(n for n in os.listdir(Path(lenet_dump) / "rank_0" / "Net" / "0" / str(iteration)) if n.endswith(".npy"))
+        iteration_dir = Path(lenet_dump) / "rank_0" / "Net" / "0" / str(iteration)
+        on_disk = sorted(n for n in os.listdir(iteration_dir) if n.endswith(".npy"))
         listed = sorted(f.path.name for f in dump.tensor_files(0, 0, iteration))
         assert listed == on_disk and len(listed) > 100
     order = dump.execution_order(0, 0)

@@ -1,6 +1,5 @@
 """The package's promises that everything else relies on."""
 import re
-from pathlib import Path
 
 import pytest
 

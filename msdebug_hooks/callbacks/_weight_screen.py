@@ -1,8 +1,8 @@
 """A cheap first look at every weight at once, so ``WeightMonitor`` can afford to check every step.
 
-Calling the watchpoint engine on every parameter costs a full statistics pass per parameter and a fixed few tens of
-microseconds per call; a 25 M-parameter transformer has over 200 tensors and 100 MB of weights. Instead the screen copies
-the parameters into one flat buffer (the copy is needed anyway: on CPU ``asnumpy`` is a view of the live weights,
+Calling the watchpoint engine on every parameter costs a full statistics pass per parameter and a fixed cost per
+call; a 25 M-parameter transformer has over 200 tensors and 100 MB of weights. Instead the screen copies the
+parameters into one flat buffer (the copy is needed anyway: on CPU ``asnumpy`` is a view of the live weights,
 and the next step compares with it) and, while each cache-sized group of it is still in the CPU cache, takes what
 it needs from it. From that it flags the parameters that *might* hit a condition, with margins so that it never
 misses one the engine would report; only those go to the engine (``check_tensors``), which has the final word and
@@ -136,8 +136,8 @@ class WeightScreen:
         return sorted(set().union(*flagged)) if any(flagged) else []
 
     def flag(self, arrays: Sequence[np.ndarray]) -> dict[str, list[int]]:
-        """``screen`` as index lists: a handful of Python objects instead of numpy masks (every call counts when a
-        LeNet step takes 9 ms)."""
+        """``screen`` as index lists: a handful of Python objects instead of numpy masks (every call counts in a
+        small network's short step)."""
         if self._kernels is not None and self._compiled_ready(arrays):
             self._screen_compiled()
             return self._flags_compiled()

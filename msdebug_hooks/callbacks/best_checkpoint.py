@@ -22,6 +22,7 @@ from msdebug_hooks.stop_agreement import AgreedStop
 from msdebug_hooks.training_loop import request_stop
 from msdebug_hooks.ckpt import find_non_finite, save_checkpoint_atomic
 from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import optional_whole_number, real_number, whole_number
 from msdebug_hooks.rank import rank_id
 
 _LOG = get_logger("callbacks.best_checkpoint")
@@ -41,11 +42,7 @@ class Evaluation:
 
 
 def _positive_int_or_none(field: str, value: Any) -> Optional[int]:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(field, value, "None or an integer >= 1")
-    return value
+    return optional_whole_number(field, value, minimum=1, allowed="None or an integer >= 1")
 
 
 class BestCheckpoint(AgreedStop, Callback):
@@ -95,11 +92,8 @@ class BestCheckpoint(AgreedStop, Callback):
         self._every_n_epochs = _positive_int_or_none("every_n_epochs", every_n_epochs)
         if self._every_n_steps is None and self._every_n_epochs is None:
             raise ConfigError("every_n_epochs", None, "an integer >= 1 when every_n_steps is None")
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ConfigError("keep", keep, "an integer >= 1")
-        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not min_delta >= 0 \
-                or math.isinf(min_delta):
-            raise ConfigError("min_delta", min_delta, "a finite number >= 0")
+        whole_number("keep", keep, minimum=1, allowed="an integer >= 1")
+        real_number("min_delta", min_delta, minimum=0, allowed="a finite number >= 0")
         self._patience = _positive_int_or_none("patience", patience)
         if not isinstance(prefix, str) or not _SAFE_NAME.match(prefix):
             raise ConfigError("prefix", prefix, "a non-empty file-name prefix of letters, digits, '_', '-', '.'")

@@ -16,6 +16,7 @@ from mindspore.train.callback._callback import InternalCallbackParam
 
 from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.rank import world_size
+from msdebug_hooks.validation import optional_whole_number, whole_number
 
 
 class DebugSession:
@@ -68,11 +69,9 @@ class DebugSession:
             if not isinstance(callback, Callback):
                 raise ConfigError(f"callbacks[{index}]", callback, "a mindspore.train.Callback instance")
         for name, value in (("initial_step", initial_step), ("initial_epoch", initial_epoch)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(name, value, "an int >= 0")
+            whole_number(name, value, minimum=0)
         for name, value in (("epoch_size", epoch_size), ("batch_num", batch_num)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigError(name, value, "None or an int >= 1")
+            optional_whole_number(name, value, minimum=1, allowed="None or an int >= 1")
         params = InternalCallbackParam()
         params.mode = "train"
         params.network = network

@@ -23,6 +23,7 @@ from msdebug_hooks.training_loop import format_loss, overflow_flag, request_stop
 from msdebug_hooks.callbacks.stop_at_step import StopAtStep
 from msdebug_hooks.conditions import TensorOverflowCondition
 from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import optional_real_number, optional_whole_number, whole_number
 from msdebug_hooks.rank import rank_id
 
 _LOG = get_logger("callbacks.loss_guard")
@@ -77,10 +78,10 @@ class LossGuard(AgreedStop, Callback):
     the failing step's update: good when loss scaling skipped that update, but usually already corrupted otherwise,
     so the guard refuses to write parameters that hold NaN/Inf and says so. ``keep_previous=True`` keeps a host copy
     of every parameter of the train network (weights and optimizer state) after each good step, so the file holds
-    the state the failing step started from; it costs one device-to-host copy of all parameters per step (0.13 ms
-    for LeNet-5's 123k values on CPU, about 1% of its step; it grows with the parameter count, and needs host
-    memory for one more copy of the training state). The copy is taken at ``on_train_step_begin``; in a custom loop
-    driven by ``DebugSession`` without ``step_begin()`` it is taken after each step the guard saw as good.
+    the state the failing step started from; it costs one device-to-host copy of all parameters per step (it grows
+    with the parameter count, and needs host memory for one more copy of the training state). The copy is taken at
+    ``on_train_step_begin``; in a custom loop driven by ``DebugSession`` without ``step_begin()`` it is taken after
+    each step the guard saw as good.
 
     The per-step check itself is one Python float test on a loss read once per step with ``.item()`` (cached on
     ``cb_params`` and shared with ``StopAtTime`` / ``StopAtStep``). In a multi-rank job each rank checks its own loss
@@ -343,20 +344,12 @@ def _train_network(cb_params: Any) -> Any:
 
 def _check_options(threshold, spike_factor, spike_window, spike_reference, overflow_patience, save_last_good,
                    keep_previous) -> None:
-    def number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-    if threshold is not None and not number(threshold):
-        raise ConfigError("threshold", threshold, "None or a finite number")
-    if spike_factor is not None and not (number(spike_factor) and spike_factor > 1):
-        raise ConfigError("spike_factor", spike_factor, "None or a finite number > 1")
-    if isinstance(spike_window, bool) or not isinstance(spike_window, int) or spike_window < 2:
-        raise ConfigError("spike_window", spike_window, "an int >= 2")
+    optional_real_number("threshold", threshold, allowed="None or a finite number")
+    optional_real_number("spike_factor", spike_factor, above=1, allowed="None or a finite number > 1")
+    whole_number("spike_window", spike_window, minimum=2)
     if spike_reference not in ("median", "mean"):
         raise ConfigError("spike_reference", spike_reference, '"median" or "mean"')
-    if overflow_patience is not None and (isinstance(overflow_patience, bool) or not isinstance(overflow_patience, int)
-                                          or overflow_patience < 1):
-        raise ConfigError("overflow_patience", overflow_patience, "None or an int >= 1")
+    optional_whole_number("overflow_patience", overflow_patience, minimum=1, allowed="None or an int >= 1")
     if save_last_good is not None and not isinstance(save_last_good, (str, os.PathLike)):
         raise ConfigError("save_last_good", save_last_good, "None or a directory path")
     if keep_previous and save_last_good is None:

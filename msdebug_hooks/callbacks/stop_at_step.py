@@ -12,7 +12,7 @@ from mindspore.train import Callback
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.stop_agreement import AgreedStop
 from msdebug_hooks.training_loop import format_loss, request_stop, step_loss
-from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import whole_number
 
 _LOG = get_logger("callbacks.stop_at_step")
 
@@ -47,8 +47,8 @@ class StopAtStep(AgreedStop, Callback):
 
     def __init__(self, step: int) -> None:
         super().__init__()
-        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-            raise ConfigError("step", step, "an int >= 1: the 1-based global step (cur_step_num) to stop after")
+        whole_number("step", step, minimum=1,
+                     allowed="an int >= 1: the 1-based global step (cur_step_num) to stop after")
         self.step = step
         self.stopped_step: Optional[int] = None
         self.expected_stop_step: int = step

@@ -3,10 +3,10 @@
 The docs' recipe for "are my weights updating?" is to save two checkpoints and compare them by hand; MindInsight's
 weight watchpoints (not changed / change too large / overflow) did it online until they were removed. This callback
 brings those checks back into training, with the watchpoint engine's conditions as the judge, cheaply enough to run
-every step: the parameters are read through views kept from one step to the next (``msdebug_hooks.parameter_views``), copied
-once per check into one preallocated flat buffer where a few cache-friendly passes (``_weight_screen``) pick the
-parameters that might hit, and only those go to the engine's ``check_tensors`` (one statistics pass for all of them
-and all conditions), which decides.
+every step: the parameters are read through views kept from one step to the next
+(``msdebug_hooks.parameter_views``), copied once per check into one preallocated flat buffer where a few
+cache-friendly passes (``_weight_screen``) pick the parameters that might hit, and only those go to the engine's
+``check_tensors`` (one statistics pass for all of them and all conditions), which decides.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from msdebug_hooks.callbacks._weight_screen import WeightScreen
 from msdebug_hooks.conditions import warm_up_statistics
 from msdebug_hooks.training_loop import request_stop
 from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import optional_real_number, whole_number
 
 _LOG = get_logger("callbacks.weight_monitor")
 _ON_PROBLEM = ("warn", "stop", "raise")
@@ -81,14 +82,11 @@ class WeightMonitor(AgreedStop, Callback):
         from msdebug_hooks.conditions import (TensorChangeAboveThresholdCondition, TensorOverflowCondition,
                                               TensorUnchangedCondition, check_tensors)
 
-        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
-            raise ConfigError("every_n_steps", every_n_steps, "an integer >= 1")
+        whole_number("every_n_steps", every_n_steps, minimum=1, allowed="an integer >= 1")
         if on_problem not in _ON_PROBLEM:
             raise ConfigError("on_problem", on_problem, f"one of {list(_ON_PROBLEM)}")
-        if max_update_ratio is not None and (isinstance(max_update_ratio, bool) or
-                                             not isinstance(max_update_ratio, (int, float)) or
-                                             not max_update_ratio > 0):
-            raise ConfigError("max_update_ratio", max_update_ratio, "None or a number > 0 (e.g. 0.1)")
+        optional_real_number("max_update_ratio", max_update_ratio, above=0, finite=False,
+                             allowed="None or a number > 0 (e.g. 0.1)")
         self._select = _name_filter(parameters)
         try:  # the engine validates rtol/atol; report them under this callback's own argument names
             unchanged = TensorUnchangedCondition(rtol=rtol, atol=atol)

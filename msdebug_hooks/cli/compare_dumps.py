@@ -9,8 +9,8 @@ disagreement, |a-b|/|b| and a pass/warning/error verdict for its row. The first 
 difference appears: the first output beyond the noise floor of its dtype, then read against its inputs (a weight
 that already differed is named as the root; docs/precision-comparison.md).
 
-Exit 0: every pair compared, nothing beyond the noise; 1: an operator diverges; 2: bad input (not a dump, no common iteration or
-rank, nothing compared, or some tensor could not be read: such a run is never reported as clean).
+Exit 0: every pair compared, nothing beyond the noise; 1: an operator diverges; 2: bad input (not a dump, no common
+iteration or rank, nothing compared, or some tensor could not be read: such a run is never reported as clean).
 
 Example::
 

@@ -3,7 +3,7 @@ command, and drive it from a pdb-like prompt (or from ``-c`` commands, for CI).
 
 The script runs in a child process (its own session, so Ctrl-C at the prompt pauses the training instead of
 killing it) through ``msdebug run``; its output goes to a log file (``log`` at the prompt shows it) unless
-``--output -``. Exit code: the prompt's (``msdebug_hooks/server/shell.py``): 0 no hit, 1 hits, 2 bad input or a
+``--output -``. Exit code: the prompt's (``msdebug_hooks/server/shell_exit.py``): 0 no hit, 1 hits, 2 bad input or a
 training that could not be looked at.
 
 Example::

@@ -51,7 +51,7 @@ def quiet_grpc() -> None:
 
 def read_commands(args: argparse.Namespace) -> Union[None, bool, list[str]]:
     """The commands of ``-c`` / ``-x`` (None: interactive; False: bad input, reported)."""
-    from msdebug_hooks.server.shell_text import split_commands
+    from msdebug_hooks.server.shell_parse import split_commands
 
     if args.command_text is not None:
         text: Optional[str] = args.command_text

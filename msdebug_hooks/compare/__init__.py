@@ -33,8 +33,6 @@ _EXPORTS = {
     "LossRecorder": "msdebug_hooks.compare.loss_recorder",
 }
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals())
-
 # layer captures (MindSpore / PyTorch), layer-by-layer and weight comparison
 _EXPORTS.update({
     "read_capture": "msdebug_hooks.compare.layer_capture",
@@ -65,4 +63,5 @@ _EXPORTS.update({
     "PortCheck": "msdebug_hooks.compare.port_check",
     "write_html_report": "msdebug_hooks.compare.html_report",
 })
-__all__ = sorted(_EXPORTS)
+# after every update: __dir__ and __all__ list all of them
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals())

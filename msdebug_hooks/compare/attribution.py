@@ -25,9 +25,9 @@ first to differ is named as a layer whatever its size: the layers before it comp
 
 Gradients are read only when every forward output agrees, in backward order (the reverse of the forward), with a
 higher floor (:data:`GRADIENT_FLOOR`): a weight gradient is a sum over the batch in which large terms cancel, so
-float32 noise of a correct run can reach several 1e-3 of its norm (a ResNet-style net reported against its float64
-run: 5.5e-3, cosine 0.999985), where forward outputs stay near 1e-6. Parameters (recorded at the start of the step) come first: a parameter that differs is the root
-("the runs start the step from different values of fc2.weight").
+float32 noise of a correct run can reach several 1e-3 of its norm (a ResNet-style net against its float64 run),
+where forward outputs stay near 1e-6. Parameters (recorded at the start of the step) come first: a parameter that
+differs is the root ("the runs start the step from different values of fc2.weight").
 """
 from __future__ import annotations
 

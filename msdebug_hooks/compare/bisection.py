@@ -19,7 +19,6 @@ unless ``keep``; after an error it stays, so the logs can be read and the next c
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 import shutil
 import threading
@@ -34,6 +33,7 @@ from msdebug_hooks.compare.dump_wait import GB, DiskGuard, iteration_dirs, size_
 from msdebug_hooks.compare.loss import LossFileError, read_losses
 from msdebug_hooks.compare.loss_diff import DEFAULT_ATOL, DEFAULT_FORWARD_RTOL, DEFAULT_RTOL, compare_losses
 from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import real_number
 
 DEFAULT_WORKDIR = "msdebug-bisect"
 DEFAULT_MAX_DUMP_GB = 10.0
@@ -48,12 +48,10 @@ _BACKWARD = "Gradients/"
 def _positive(name: str, value: Optional[float], *, integer: bool = False, allow_none: bool = True) -> None:
     if value is None and allow_none:
         return
-    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
-    if integer and not bad and int(value) != value:
-        bad = True
-    if bad:
-        raise ConfigError(name, value, f"{'an int' if integer else 'a number'} > 0"
-                                       + (" (or None)" if allow_none else ""))
+    words = f"{'an int' if integer else 'a number'} > 0" + (" (or None)" if allow_none else "")
+    real_number(name, value, above=0, allowed=words)
+    if integer and int(value) != value:       # a whole float (5.0) is an int here
+        raise ConfigError(name, value, words)
 
 
 @contextlib.contextmanager
@@ -315,8 +313,7 @@ def bisect(a: Union[RunSpec, str], b: Union[RunSpec, str], workdir: Union[str, P
     if jobs not in (1, 2):
         raise ConfigError("jobs", jobs, "1 (one run at a time) or 2 (A and B side by side)")
     for name, value in (("rtol", rtol), ("forward_rtol", forward_rtol), ("atol", atol)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ConfigError(name, value, "a number >= 0")
+        real_number(name, value, minimum=0, finite=False)
     a.check()
     b.check()
     directory = Path(workdir if workdir is not None else DEFAULT_WORKDIR).expanduser().absolute()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from msdebug_hooks.dump.index import NodeInfo
 from msdebug_hooks.mindspore_versions import EXPAND_SCOPE
@@ -33,7 +33,34 @@ BY_ORDER = "scope+type+order+shape"
 BY_DECOMPOSITION = "exit of a scope the two versions built differently"
 _OP_ID = re.compile(r"-op\d+$")
 NodeLookup = Callable[[str], Optional[NodeInfo]]
-Pair = tuple[NodeInfo, NodeInfo, str]
+
+
+class NodePair(NamedTuple):
+    """An operator of dump A, the one of dump B it is compared with, and how they were paired (``BY_NAME``,
+    ``BY_ORDER`` or ``BY_DECOMPOSITION``)."""
+
+    a: NodeInfo
+    b: NodeInfo
+    how: str
+
+
+class NodeMatching(NamedTuple):
+    """What ``match_nodes`` found: the pairs in A's execution order, the nodes of each side nothing paired, and those
+    *regrouped* (inside a scope the two versions built differently: neither compared one to one nor missing)."""
+
+    pairs: list[NodePair]
+    unmatched_a: list[NodeInfo]
+    unmatched_b: list[NodeInfo]
+    regrouped_a: list[NodeInfo]
+    regrouped_b: list[NodeInfo]
+
+
+class Decompositions(NamedTuple):
+    """Rule 2's result: the exit pairs of the scopes built differently, and the operators inside them."""
+
+    pairs: list[NodePair]
+    regrouped_a: list[NodeInfo]
+    regrouped_b: list[NodeInfo]
 
 
 def order_key(info: NodeInfo) -> tuple:
@@ -64,18 +91,17 @@ def _memoized(shape_of):
 
 def match_nodes(nodes_a: Sequence[NodeInfo], nodes_b: Sequence[NodeInfo], shape_a, shape_b, *,
                 across_versions: bool = False, lookup_a: Optional[NodeLookup] = None,
-                lookup_b: Optional[NodeLookup] = None
-                ) -> tuple[list[Pair], list[NodeInfo], list[NodeInfo], list[NodeInfo], list[NodeInfo]]:
-    """``(pairs, unmatched_a, unmatched_b, regrouped_a, regrouped_b)`` (see module doc; ``across_versions`` turns on
-    rules 1 and 2, which need ``lookup_a``/``lookup_b`` to follow inputs through nodes that are not dumped)."""
+                lookup_b: Optional[NodeLookup] = None) -> NodeMatching:
+    """Pair the nodes (see module doc; ``across_versions`` turns on rules 1 and 2, which need ``lookup_a`` /
+    ``lookup_b`` to follow inputs through nodes that are not dumped)."""
     shape_a, shape_b = _memoized(shape_a), _memoized(shape_b)
-    pairs: list[Pair] = []
+    pairs: list[NodePair] = []
     regrouped_a: list[NodeInfo] = []
     regrouped_b: list[NodeInfo] = []
     if across_versions:
         pairs, regrouped_a, regrouped_b = pair_decompositions(nodes_a, nodes_b, lookup_a or (lambda _: None),
                                                               lookup_b or (lambda _: None), shape_a, shape_b)
-        taken = {id(i) for pair in pairs for i in pair[:2]} | {id(i) for i in regrouped_a + regrouped_b}
+        taken = {id(i) for pair in pairs for i in (pair.a, pair.b)} | {id(i) for i in regrouped_a + regrouped_b}
         nodes_a = [i for i in nodes_a if id(i) not in taken]
         nodes_b = [i for i in nodes_b if id(i) not in taken]
     groups_a: dict[tuple, list[NodeInfo]] = defaultdict(list)
@@ -89,7 +115,7 @@ def match_nodes(nodes_a: Sequence[NodeInfo], nodes_b: Sequence[NodeInfo], shape_
     for key, members_a in groups_a.items():
         members_b = groups_b.pop(key, [])
         if [i.name for i in members_a] == [i.name for i in members_b]:
-            pairs.extend((ia, ib, BY_NAME) for ia, ib in zip(members_a, members_b))
+            pairs.extend(NodePair(ia, ib, BY_NAME) for ia, ib in zip(members_a, members_b))
             continue
         start = 0
         used = set()
@@ -99,7 +125,7 @@ def match_nodes(nodes_a: Sequence[NodeInfo], nodes_b: Sequence[NodeInfo], shape_
                 ib = members_b[position]
                 got = shape_b(ib)
                 if wanted is None or got is None or wanted == got:
-                    pairs.append((ia, ib, BY_ORDER))
+                    pairs.append(NodePair(ia, ib, BY_ORDER))
                     used.add(position)
                     start = position + 1
                     break
@@ -108,8 +134,8 @@ def match_nodes(nodes_a: Sequence[NodeInfo], nodes_b: Sequence[NodeInfo], shape_
         unmatched_b.extend(ib for position, ib in enumerate(members_b) if position not in used)
     for members_b in groups_b.values():
         unmatched_b.extend(members_b)
-    pairs.sort(key=lambda p: order_key(p[0]))
-    return pairs, unmatched_a, unmatched_b, regrouped_a, regrouped_b
+    pairs.sort(key=lambda p: order_key(p.a))
+    return NodeMatching(pairs, unmatched_a, unmatched_b, regrouped_a, regrouped_b)
 
 
 # --- across versions --------------------------------------------------------------------------------------------------
@@ -153,10 +179,9 @@ def effective_scopes(nodes: Sequence[NodeInfo], users: dict[str, list[NodeInfo]]
 
 
 def pair_decompositions(nodes_a: Sequence[NodeInfo], nodes_b: Sequence[NodeInfo], lookup_a: NodeLookup,
-                        lookup_b: NodeLookup, shape_a, shape_b
-                        ) -> tuple[list[Pair], list[NodeInfo], list[NodeInfo]]:
-    """``(pairs, regrouped_a, regrouped_b)``: the exit pairs of every scope the two versions built differently
-    (rule 2) and the operators inside those scopes. Nodes in neither list are left to the ordinary matching."""
+                        lookup_b: NodeLookup, shape_a, shape_b) -> Decompositions:
+    """The exit pairs of every scope the two versions built differently (rule 2) and the operators inside those
+    scopes. Nodes in neither list are left to the ordinary matching."""
     sides = []
     for nodes, lookup in ((nodes_a, lookup_a), (nodes_b, lookup_b)):
         users = consumers(nodes, lookup)
@@ -167,7 +192,7 @@ def pair_decompositions(nodes_a: Sequence[NodeInfo], nodes_b: Sequence[NodeInfo]
                 groups[scopes[info.name]].append(info)
         sides.append((users, groups))
     (users_a, groups_a), (users_b, groups_b) = sides
-    pairs: list[Pair] = []
+    pairs: list[NodePair] = []
     regrouped_a: list[NodeInfo] = []
     regrouped_b: list[NodeInfo] = []
     for scope, members_a in groups_a.items():
@@ -178,10 +203,10 @@ def pair_decompositions(nodes_a: Sequence[NodeInfo], nodes_b: Sequence[NodeInfo]
         if len(exits_a) != len(exits_b) or any(None not in (shape_a(ia), shape_b(ib)) and shape_a(ia) != shape_b(ib)
                                                for ia, ib in zip(exits_a, exits_b)):
             continue   # not the same quantities leaving: the ordinary matching (and its unmatched lists) tell
-        pairs.extend((ia, ib, BY_DECOMPOSITION) for ia, ib in zip(exits_a, exits_b))
+        pairs.extend(NodePair(ia, ib, BY_DECOMPOSITION) for ia, ib in zip(exits_a, exits_b))
         regrouped_a.extend(i for i in members_a if i not in exits_a)
         regrouped_b.extend(i for i in members_b if i not in exits_b)
-    return pairs, regrouped_a, regrouped_b
+    return Decompositions(pairs, regrouped_a, regrouped_b)
 
 
 def _exits(members: list[NodeInfo], users: dict[str, list[NodeInfo]]) -> list[NodeInfo]:

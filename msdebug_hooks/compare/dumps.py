@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io as _io
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, NamedTuple, Optional, Union
 
 from msdebug_hooks import mindspore_versions
 from msdebug_hooks._files import atomic_write_text
 from msdebug_hooks.compare.dump_findings import Divergence, TensorPair, node_divergence, user_source  # noqa: F401
-from msdebug_hooks.compare.dump_matching import BY_DECOMPOSITION, BY_NAME, BY_ORDER, match_nodes, order_key  # noqa: F401
+from msdebug_hooks.compare.dump_matching import (BY_DECOMPOSITION, BY_NAME, BY_ORDER, NodePair,  # noqa: F401
+                                                match_nodes, order_key)
 from msdebug_hooks.compare.metrics import (ERROR, NOT_COMPARABLE, PASS, WARNING, TensorComparison, Tolerance,
                                            compare_arrays, not_comparable)
 from msdebug_hooks.dump import npy
@@ -38,9 +40,49 @@ from msdebug_hooks.dump.layout import TensorFile
 from msdebug_hooks.dump.nodes import as_int_list
 from msdebug_hooks.dump.reader import DumpDir
 from msdebug_hooks.errors import ConfigError, DumpError
+from msdebug_hooks.validation import optional_whole_number
 
 PathLike = Union[str, Path]
 _DIVERGE_AT = {WARNING: (WARNING, ERROR), ERROR: (ERROR,)}
+
+
+class PlannedGraph(NamedTuple):
+    """One graph of one rank pair at one iteration, to be compared, with its operators paired."""
+
+    iteration: int
+    rank_a: int
+    rank_b: int
+    graph_id: int
+    matches: list[NodePair]
+
+
+class ComparisonPlan(NamedTuple):
+    """Every graph to compare in order (iteration, rank, graph); the nodes nothing paired on each side, and those
+    regrouped (inside a scope the two versions built differently), as "rank R graph G: name"."""
+
+    graphs: list[PlannedGraph]
+    unmatched_a: list[str]
+    unmatched_b: list[str]
+    regrouped_a: list[str]
+    regrouped_b: list[str]
+
+
+class TensorTask(NamedTuple):
+    """One tensor pair to compare: where it sits (``position``: the node pair's index in its graph's matches), the
+    two nodes, which output or input slot, and the two files (None: not dumped on that side at this iteration)."""
+
+    iteration: int
+    rank_a: int
+    rank_b: int
+    graph_id: int
+    position: int
+    node_a: NodeInfo
+    node_b: NodeInfo
+    how: str
+    io: str
+    slot: int
+    file_a: Optional[TensorFile]
+    file_b: Optional[TensorFile]
 
 
 @dataclass
@@ -201,8 +243,7 @@ class DumpComparer:
                  rank_b: Optional[int] = None, inputs: bool = True, diverge_at: str = WARNING) -> None:
         if diverge_at not in _DIVERGE_AT:
             raise ConfigError("diverge_at", diverge_at, "'warning' or 'error'")
-        if rank_b is not None and (isinstance(rank_b, bool) or not isinstance(rank_b, int) or rank_b < 0):
-            raise ConfigError("rank_b", rank_b, "None or an int >= 0")
+        optional_whole_number("rank_b", rank_b, minimum=0, allowed="None or an int >= 0")
         self.tolerance = tolerance
         self.iterations = _selection(iterations, "iterations")
         self.ranks = _selection(ranks, "ranks")
@@ -215,7 +256,6 @@ class DumpComparer:
         self._b = _Side(dump_b)
         #: the dumps come from different MindSpore versions: the cross-version rules apply
         self.across_versions = mindspore_versions.versions_differ(self._a.version, self._b.version)
-        self._regrouped: tuple[list[str], list[str]] = ([], [])
 
     # ---- what to compare ----------------------------------------------------------------------------------------
     def _rank_pairs(self) -> list[tuple[int, int]]:
@@ -238,10 +278,13 @@ class DumpComparer:
         common = sorted(set(self._a.dump.iterations(rank_a, graph_id)) & set(self._b.dump.iterations(rank_b, graph_id)))
         return common if self.iterations is None else [i for i in common if i in self.iterations]
 
-    def _plan(self):
-        """(iteration, rank_a, rank_b, graph_id, matches) to compare, plus the unmatched names."""
-        plan, unmatched_a, unmatched_b = [], [], []
-        self._regrouped = ([], [])
+    def _plan(self) -> ComparisonPlan:
+        """The graphs to compare, plus the unmatched names."""
+        plan: list[PlannedGraph] = []
+        unmatched_a: list[str] = []
+        unmatched_b: list[str] = []
+        regrouped_a: list[str] = []
+        regrouped_b: list[str] = []
         iterations_seen: set[int] = set()
         for rank_a, rank_b in self._rank_pairs():
             graphs = sorted(set(self._a.dump.graphs(rank_a)) & set(self._b.dump.graphs(rank_b)))
@@ -255,26 +298,27 @@ class DumpComparer:
                     self._b.index.graph_names.get((rank_b, graph_id))
                 matches, only_a, only_b, inner_a, inner_b = match_nodes(
                     self._a.nodes(rank_a, graph_id), self._b.nodes(rank_b, graph_id),
-                    lambda info: self._a.output_shapes(info, sample), lambda info: self._b.output_shapes(info, sample),
+                    functools.partial(self._a.output_shapes, iteration=sample),
+                    functools.partial(self._b.output_shapes, iteration=sample),
                     across_versions=self.across_versions,
-                    lookup_a=lambda name: self._a.index.node(rank_a, graph_a, name),
-                    lookup_b=lambda name: self._b.index.node(rank_b, graph_b, name))
+                    lookup_a=functools.partial(self._a.index.node, rank_a, graph_a),
+                    lookup_b=functools.partial(self._b.index.node, rank_b, graph_b))
                 unmatched_a += [f"rank {rank_a} graph {graph_id}: {i.name}" for i in only_a]
                 unmatched_b += [f"rank {rank_b} graph {graph_id}: {i.name}" for i in only_b]
-                self._regrouped[0].extend(f"rank {rank_a} graph {graph_id}: {i.name}" for i in inner_a)
-                self._regrouped[1].extend(f"rank {rank_b} graph {graph_id}: {i.name}" for i in inner_b)
+                regrouped_a += [f"rank {rank_a} graph {graph_id}: {i.name}" for i in inner_a]
+                regrouped_b += [f"rank {rank_b} graph {graph_id}: {i.name}" for i in inner_b]
                 for iteration in iterations:
-                    plan.append((iteration, rank_a, rank_b, graph_id, matches))
+                    plan.append(PlannedGraph(iteration, rank_a, rank_b, graph_id, matches))
         if not iterations_seen:
             a_iters = self._a.dump.iterations()
             b_iters = self._b.dump.iterations()
             raise ConfigError("iterations", self.iterations,
                               f"iterations both dumps hold (A: {a_iters}, B: {b_iters})")
-        plan.sort(key=lambda item: (item[0], item[1], item[3]))
-        return plan, unmatched_a, unmatched_b
+        plan.sort(key=lambda item: (item.iteration, item.rank_a, item.graph_id))
+        return ComparisonPlan(plan, unmatched_a, unmatched_b, regrouped_a, regrouped_b)
 
-    def _tasks(self, plan) -> list[tuple]:
-        tasks = []
+    def _tasks(self, plan: list[PlannedGraph]) -> list[TensorTask]:
+        tasks: list[TensorTask] = []
         ios = ("output", "input") if self.inputs else ("output",)
         for iteration, rank_a, rank_b, graph_id, matches in plan:
             for position, (ia, ib, how) in enumerate(matches):
@@ -287,7 +331,8 @@ class DumpComparer:
                         fb = self._b.index.tensor_file(ib, iteration, slot, io) if slot in slots_b else None
                         if fa is None and fb is None:
                             continue   # neither dumped it at this iteration
-                        tasks.append((iteration, rank_a, rank_b, graph_id, position, ia, ib, how, io, slot, fa, fb))
+                        tasks.append(TensorTask(iteration, rank_a, rank_b, graph_id, position, ia, ib, how, io, slot,
+                                                fa, fb))
         return tasks
 
     # ---- run ----------------------------------------------------------------------------------------------------
@@ -295,27 +340,29 @@ class DumpComparer:
         """Compare every matched tensor pair. ``progress``: a tqdm bar on stderr (None: only on a terminal)."""
         from tqdm import tqdm
 
-        plan, unmatched_a, unmatched_b = self._plan()
-        tasks = self._tasks(plan)
+        plan = self._plan()
+        tasks = self._tasks(plan.graphs)
         result = DumpComparison(str(self._a.dump.root), str(self._b.dump.root), self.diverge_at,
-                                unmatched_a=unmatched_a, unmatched_b=unmatched_b, version_a=self._a.version,
-                                version_b=self._b.version, regrouped_a=list(self._regrouped[0]),
-                                regrouped_b=list(self._regrouped[1]))
+                                unmatched_a=plan.unmatched_a, unmatched_b=plan.unmatched_b, version_a=self._a.version,
+                                version_b=self._b.version, regrouped_a=plan.regrouped_a, regrouped_b=plan.regrouped_b)
         bar = tqdm(tasks, desc="comparing tensors", unit="tensor", disable=None if progress is None else not progress,
                    leave=False)
-        for iteration, rank_a, rank_b, graph_id, position, ia, ib, how, io, slot, fa, fb in bar:
+        for task in bar:
+            fa, fb = task.file_a, task.file_b
             if fa is None or fb is None:
                 missing = "A" if fa is None else "B"
-                comparison = not_comparable(f"{io} {slot} not dumped in {missing} at iteration {iteration}")
+                comparison = not_comparable(f"{task.io} {task.slot} not dumped in {missing} at iteration "
+                                            f"{task.iteration}")
             else:
                 comparison = compare_files(fa, fb, self.tolerance, any_shape=self.across_versions)
-            result.pairs.append(TensorPair(iteration, rank_a, rank_b, graph_id, position, ia.name, ib.name,
-                                           ia.op_type, io, slot, how, comparison,
+            result.pairs.append(TensorPair(task.iteration, task.rank_a, task.rank_b, task.graph_id, task.position,
+                                           task.node_a.name, task.node_b.name, task.node_a.op_type, task.io,
+                                           task.slot, task.how, comparison,
                                            str(fa.path) if fa else "", str(fb.path) if fb else ""))
-        result.divergences = self._divergences(result.pairs, plan)
+        result.divergences = self._divergences(result.pairs, plan.graphs)
         return result
 
-    def _divergences(self, pairs: list[TensorPair], plan) -> list[Divergence]:
+    def _divergences(self, pairs: list[TensorPair], plan: list[PlannedGraph]) -> list[Divergence]:
         by_node: dict[tuple, list[TensorPair]] = defaultdict(list)
         for pair in pairs:
             by_node[(pair.iteration, pair.rank_a, pair.graph_id, pair.node_a)].append(pair)
@@ -324,8 +371,8 @@ class DumpComparer:
             if (iteration, rank_a) in found:
                 continue
 
-            def producer_outputs(name: str) -> list:
-                return [p for p in by_node.get((iteration, rank_a, graph_id, name), []) if p.io == "output"]
+            def producer_outputs(name: str, where: tuple = (iteration, rank_a, graph_id)) -> list:
+                return [p for p in by_node.get((*where, name), []) if p.io == "output"]
 
             for ia, ib, _how in matches:
                 node_pairs = by_node.get((iteration, rank_a, graph_id, ia.name), [])

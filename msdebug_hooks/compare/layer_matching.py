@@ -11,7 +11,7 @@ layers (a time-major ``[T, B, H]`` inner LSTM cell with a batch-major ``[B, T, H
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Optional
+from typing import Mapping, NamedTuple, Optional
 
 from msdebug_hooks.compare.layer_capture import FORWARD_OUTPUT, LayerRecord
 from msdebug_hooks.compare.layouts import pairable_by_shape
@@ -23,15 +23,39 @@ MATCHED_BY_NAME = "name"
 MATCHED_BY_ORDER = "order+shape"
 
 
+class RecordPair(NamedTuple):
+    """A record of capture A, the one of capture B it is compared with, and how they were paired (``MATCHED_BY_*``)."""
+
+    a: LayerRecord
+    b: LayerRecord
+    matched_by: str
+
+
+class RecordMatching(NamedTuple):
+    """``match_records``' answer: the pairs (forward outputs first, each kind in A's order) and what is left over."""
+
+    pairs: list[RecordPair]
+    unmatched_a: list[LayerRecord]
+    unmatched_b: list[LayerRecord]
+
+
+class FoldedRecords(NamedTuple):
+    """Both sides' records with the sequential containers resolved, and the notes that say what was set aside."""
+
+    records_a: list[LayerRecord]
+    records_b: list[LayerRecord]
+    notes: list[str]
+
+
 def match_records(records_a: list, records_b: list, framework_a: str, framework_b: str,
                   mapping: Optional[Mapping[str, str]] = None, *,
-                  layer_types: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {})) -> tuple[list, list, list]:
-    """``(pairs [(a, b, matched_by)], unmatched_a, unmatched_b)`` by mapping, then name, then order and shape.
+                  layer_types: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {})) -> RecordMatching:
+    """The records paired by mapping, then name, then order and shape, and those left over.
 
     ``layer_types``: each capture's layer name -> class name (``Capture.layer_types``), for the order+shape step."""
     mapping = mapping if mapping is not None else {}
     free_b = {id(b): b for b in records_b}
-    pairs: list = []
+    pairs: list[RecordPair] = []
     by_name_b = {(b.kind, b.name): b for b in records_b}
     by_key_b: dict = {}
     for b in records_b:
@@ -47,7 +71,7 @@ def match_records(records_a: list, records_b: list, framework_a: str, framework_
             how = MATCHED_BY_NAME
         if b is not None and id(b) in free_b:
             del free_b[id(b)]
-            pairs.append((a, b, how))
+            pairs.append(RecordPair(a, b, how))
         else:
             rest_a.append(a)
     order_b = [b for b in records_b if id(b) in free_b]
@@ -64,9 +88,9 @@ def match_records(records_a: list, records_b: list, framework_a: str, framework_
             unmatched_a.append(a)
         else:
             del free_b[id(candidate)]
-            pairs.append((a, candidate, MATCHED_BY_ORDER))
-    pairs.sort(key=lambda pair: (pair[0].kind != FORWARD_OUTPUT, pair[0].order))
-    return pairs, unmatched_a, [b for b in records_b if id(b) in free_b]
+            pairs.append(RecordPair(a, candidate, MATCHED_BY_ORDER))
+    pairs.sort(key=lambda pair: (pair.a.kind != FORWARD_OUTPUT, pair.a.order))
+    return RecordMatching(pairs, unmatched_a, [b for b in records_b if id(b) in free_b])
 
 
 def _mapped(mapping: Mapping[str, str], name: str) -> Optional[str]:
@@ -90,16 +114,16 @@ def _layer(record: LayerRecord, framework: str, types: Mapping[str, str]) -> Opt
 
 
 def fold_containers(records_a: list, records_b: list, containers_a: Mapping[str, list],
-                    containers_b: Mapping[str, list]) -> tuple[list, list, list]:
-    """``(records_a, records_b, notes)`` with each side's sequential-container records resolved: dropped where the
+                    containers_b: Mapping[str, list]) -> FoldedRecords:
+    """Both sides' records with each side's sequential-container records resolved: dropped where the
     layers inside were recorded (they say more), or standing for the last of them where they were not (GRAPH_MODE
     runs no hook inside a ``SequentialCell``; its output is its last layer's). The other side's records of the
     layers that could not be seen are set aside, said in a note, so they are not reported as missing."""
     notes: list = []
     records_a, hidden_b = _fold_side(records_a, containers_a, "A", notes)
     records_b, hidden_a = _fold_side(records_b, containers_b, "B", notes)
-    return ([r for r in records_a if _base(r) not in hidden_a], [r for r in records_b if _base(r) not in hidden_b],
-            notes)
+    return FoldedRecords([r for r in records_a if _base(r) not in hidden_a],
+                         [r for r in records_b if _base(r) not in hidden_b], notes)
 
 
 def _base(record: LayerRecord) -> str:

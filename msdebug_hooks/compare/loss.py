@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import whole_number
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -52,10 +53,8 @@ class LossWriter:
         if rank is None:
             from msdebug_hooks.rank import rank_id
             rank = rank_id()
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-            raise ConfigError("rank", rank, "None or an int >= 0")
-        if isinstance(fsync_every, bool) or not isinstance(fsync_every, int) or fsync_every < 0:
-            raise ConfigError("fsync_every", fsync_every, "an int >= 0 (0: fsync only at close)")
+        whole_number("rank", rank, minimum=0, allowed="None or an int >= 0")
+        whole_number("fsync_every", fsync_every, minimum=0, allowed="an int >= 0 (0: fsync only at close)")
         path = Path(target).expanduser()
         self.path = path if path.suffix == ".jsonl" else record_path(path, rank)
         self.rank = rank

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from msdebug_hooks.compare.loss import LossFileError, LossSeries
-from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import real_number
 
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 0.0
@@ -176,9 +176,7 @@ class LossComparison:
 
 
 def _check_tolerance(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ConfigError(name, value, "a finite number >= 0")
-    return float(value)
+    return real_number(name, value, minimum=0, allowed="a finite number >= 0")
 
 
 def _differ(a: float, b: float, rtol: float, atol: float) -> tuple[float, float, bool]:

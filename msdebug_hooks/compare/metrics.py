@@ -1,4 +1,4 @@
-"""How far apart are two tensors? The metrics of a precision comparison and a pass/warning/error verdict.
+"""How far apart are two tensors? The metrics of a precision comparison, judged by ``verdicts.py``'s rules.
 
 ``compare_arrays(actual, reference)`` compares the run under test (``actual``, "a") with the reference run
 (``reference``, "b"); "relative" always means relative to the reference.
@@ -43,73 +43,20 @@ from typing import Any
 
 import numpy as np
 
+from msdebug_hooks.compare.verdicts import (DEFAULT_TOLERANCE, ERROR, NOT_COMPARABLE, PASS, VERDICTS, WARNING,
+                                            Tolerance, row_verdict)
 from msdebug_hooks.conditions._blas import single_threaded_blas
 from msdebug_hooks.conditions.stats import bfloat16_to_float32
 
-PASS = "pass"
-WARNING = "warning"
-ERROR = "error"
-NOT_COMPARABLE = "not comparable"
-#: verdicts from best to worst; ``not comparable`` is ranked apart (a check that could not look)
-VERDICTS = (PASS, WARNING, ERROR, NOT_COMPARABLE)
+# the verdict names and thresholds live in verdicts.py; they are imported from here too
+__all__ = ["compare_arrays", "not_comparable", "TensorComparison", "Tolerance", "DEFAULT_TOLERANCE", "PASS",
+           "WARNING", "ERROR", "NOT_COMPARABLE", "VERDICTS", "CHUNK_ELEMENTS"]
 
 CHUNK_ELEMENTS = 1 << 16  # 64K elements: 256 KB per float32 buffer; per-chunk call overhead stays small
 
 _FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
 _INT_NAMES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _SUPPORTED_NAMES = _FLOAT_NAMES + _INT_NAMES + ("bool",)
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Thresholds of one pair's verdict. Change them with ``dataclasses.replace(DEFAULT_TOLERANCE, rtol=1e-3)``.
-
-    The verdict colours one row of a table; where two runs *part* is decided by :mod:`.attribution` from the
-    pairs' ``relative_l2_error`` in execution order, not by any one row. Defaults and why:
-
-    * ``pass``: every element within ``atol + rtol * |b|`` with ``rtol = atol = 1e-4`` (TroubleShooter's allclose
-      default) and ``cosine >= 0.9999`` (msprobe's cosine bar); or ``|a - b| / |b| <= 1e-4`` (``relative_l2_pass``):
-      the tensor as a whole agrees to 1e-4 even if elements near zero have large relative errors (after a ReLU or a
-      BatchNorm, in gradients); or every absolute error at most ``atol`` with ``cosine >= 0.99``.
-    * ``error``: any NaN/Inf disagreement; ``cosine < 0.99`` (the direction changed: a wrong operator, layout or
-      input), also when every error is within ``atol``; or the norm moved by more than 0.5 % (``norm_shift_error``:
-      values scaled as a whole, which the cosine does not see; rounding noise moves the norm by about the square of
-      the relative error, 1e-5 for an error of 0.3 %). Tensors whose root-mean-square is at most ``negligible``
-      (1e-6) on both sides count as zero and are judged by ``atol`` alone.
-    * ``warning``: anything between: typically fp16/bf16 against fp32, or a gradient whose elements near zero
-      carry rounding noise.
-    """
-
-    rtol: float = 1e-4
-    atol: float = 1e-4
-    cosine_pass: float = 0.9999
-    cosine_error: float = 0.99
-    #: error when ``|a| / |b|`` is off 1 by more than this (values moved as a whole)
-    norm_shift_error: float = 0.005
-    #: pass when ``|a - b| / |b|`` is at most this
-    relative_l2_pass: float = 1e-4
-    #: the eps in |a-b| / (|b| + eps)
-    relative_epsilon: float = 1e-12
-    #: root-mean-square at or below which a tensor counts as zero (its cosine is not judged)
-    negligible: float = 1e-6
-    #: float16/bfloat16/float32/float64 against each other (mixed precision) instead of "not comparable"
-    compare_across_float_dtypes: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("rtol", "atol", "relative_epsilon", "negligible", "norm_shift_error", "relative_l2_pass"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"Tolerance.{name}={value!r} is not allowed: a finite number >= 0")
-        for name in ("cosine_pass", "cosine_error"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and -1.0 <= value <= 1.0):
-                raise ValueError(f"Tolerance.{name}={value!r} is not allowed: a number in [-1, 1]")
-        if self.cosine_error > self.cosine_pass:
-            raise ValueError(f"Tolerance.cosine_error={self.cosine_error!r} is not allowed: "
-                             f"at most cosine_pass ({self.cosine_pass!r})")
-
-
-DEFAULT_TOLERANCE = Tolerance()
 
 
 @dataclass(frozen=True)
@@ -172,7 +119,7 @@ _dtype_names: dict[np.dtype, str] = {}
 
 
 def _dtype_name(dtype: np.dtype) -> str:
-    """``dtype.name``, cached: numpy builds the string on every access (tens of us per call under load)."""
+    """``dtype.name``, cached: numpy builds the string on every access, and this runs for every chunk."""
     name = _dtype_names.get(dtype)
     if name is None:
         name = _dtype_names[dtype] = dtype.name
@@ -262,7 +209,7 @@ def _add_chunk(t: _Totals, a: np.ndarray, b: np.ndarray, scratch: tuple[np.ndarr
     """Fold one chunk pair (float32 or float64) into the totals; ``scratch`` is (D, R, Q, ones, mask) of its length.
 
     The cosine needs a.a, b.b and a.b; a.b is taken as (a.a + b.b - |a-b|^2) / 2, one dot fewer. Sums are BLAS dots
-    with a vector of ones (three times faster than ``np.sum``'s pairwise loop). Anything that is not finite here (a
+    with a vector of ones (faster than ``np.sum``'s pairwise loop). Anything that is not finite here (a
     NaN/Inf in the data, a float32 square or sum that overflowed) sends the chunk to the float64 path.
     """
     d, r, q, ones, mask = scratch
@@ -366,7 +313,7 @@ def _walk(a: np.ndarray, b: np.ndarray, tol: Tolerance) -> _Totals:
     return totals
 
 
-# --- the verdict ----------------------------------------------------------------------------------------------------
+# --- from the totals to the metrics and the verdict -----------------------------------------------------------------
 
 def _cosine(t: _Totals) -> float:
     if t.aa == 0.0 and t.bb == 0.0:
@@ -380,37 +327,6 @@ def _cosine(t: _Totals) -> float:
     product = t.aa * t.bb  # one sqrt: identical tensors give exactly 1.0
     norm = math.sqrt(product) if 0.0 < product < math.inf else math.sqrt(t.aa) * math.sqrt(t.bb)
     return max(-1.0, min(1.0, ab / norm))
-
-
-def _verdict(c: dict[str, Any], n: int, tol: Tolerance, largest_rms: float) -> tuple[str, str]:
-    if c["nan_inf_mismatch"]:
-        return ERROR, f"{c['nan_inf_mismatch']} of {n} positions are NaN/Inf on one side only (or of another kind)"
-    max_abs = c["max_abs_error"]
-    cosine = c["cosine"]
-    if max_abs <= tol.atol:
-        if largest_rms <= tol.negligible:
-            return PASS, f"every absolute error <= atol {tol.atol:g} (both sides are about zero)"
-        if math.isfinite(cosine) and cosine >= tol.cosine_error:
-            return PASS, f"every absolute error <= atol {tol.atol:g}"
-        return ERROR, (f"cosine {cosine:.6g} < {tol.cosine_error:g}: the values are small (every absolute error "
-                       f"<= atol {tol.atol:g}) but point elsewhere")
-    if not math.isfinite(cosine) or cosine < tol.cosine_error:
-        return ERROR, f"cosine {cosine:.6g} < {tol.cosine_error:g}"
-    shift = abs(c["norm_ratio"] - 1.0)
-    if shift > tol.norm_shift_error:
-        return ERROR, (f"the values moved as a whole: the norm is {100 * shift:.2f} % "
-                       f"{'larger' if c['norm_ratio'] > 1 else 'smaller'} than the reference's "
-                       f"(> {100 * tol.norm_shift_error:g} %)")
-    if c["allclose_share"] >= 1.0 and cosine >= tol.cosine_pass:
-        return PASS, f"every element within atol {tol.atol:g} + rtol {tol.rtol:g} * |reference|"
-    if c["relative_l2_error"] <= tol.relative_l2_pass:
-        return PASS, f"|a - b| / |b| = {c['relative_l2_error']:.3g} <= {tol.relative_l2_pass:g}"
-    if c["allclose_share"] < 1.0:
-        outside = n - round(c["allclose_share"] * n)
-        return WARNING, (f"{outside} of {n} elements outside atol {tol.atol:g} + rtol {tol.rtol:g} * |reference| "
-                         f"(|a - b| / |b| = {c['relative_l2_error']:.3g}, max relative error "
-                         f"{c['max_rel_error']:.3g})")
-    return WARNING, f"cosine {cosine:.6g} < {tol.cosine_pass:g}"
 
 
 def _ratio(top: float, bottom: float, both_zero: float = 0.0) -> float:
@@ -456,9 +372,11 @@ def compare_arrays(actual: Any, reference: Any, tolerance: Tolerance | None = No
         relative_l2_error=_ratio(math.sqrt(t.sq_sum), math.sqrt(t.bb)),
         norm_ratio=_ratio(math.sqrt(t.aa), math.sqrt(t.bb), both_zero=1.0),
     )
-    largest_rms = math.sqrt(max(t.aa, t.bb) / finite) if finite else 0.0
-    c["largest_rms"] = largest_rms
-    verdict, reason = _verdict(c, n, tol, largest_rms)
+    c["largest_rms"] = math.sqrt(max(t.aa, t.bb) / finite) if finite else 0.0
+    verdict, reason = row_verdict(tol, n, nan_inf_mismatch=c["nan_inf_mismatch"], max_abs_error=c["max_abs_error"],
+                                  cosine=c["cosine"], norm_ratio=c["norm_ratio"], allclose_share=c["allclose_share"],
+                                  relative_l2_error=c["relative_l2_error"], max_rel_error=c["max_rel_error"],
+                                  largest_rms=c["largest_rms"])
     if a.dtype != b.dtype:
         reason += f" (dtypes {base['dtype_a']} vs {base['dtype_b']}, compared in float64)"
     return TensorComparison(verdict, reason, **base, **c)

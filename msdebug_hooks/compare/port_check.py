@@ -36,6 +36,7 @@ from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, resolve_lo
 from msdebug_hooks.compare.port_tree import layer_errors, record_layer, source_line, tree_lines
 from msdebug_hooks.compare.port_weights import WeightCopy, copy_into, pair_parameters, torch_state
 from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import real_number, whole_number
 
 ArrayLike = Union[np.ndarray, Sequence[np.ndarray]]
 
@@ -272,10 +273,8 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
     and statistics they started step 1 with (the cell: PyTorch's copied weights). ``ConfigError`` for bad arguments,
     weights that cannot be paired, or a model that fails on the batch.
     """
-    if not isinstance(steps, int) or steps < 1:
-        raise ConfigError("steps", steps, "an integer >= 1")
-    if not (isinstance(lr, (int, float)) and np.isfinite(lr) and lr > 0):
-        raise ConfigError("lr", lr, "a finite learning rate > 0")
+    whole_number("steps", steps, minimum=1, allowed="an integer >= 1")
+    real_number("lr", lr, above=0, allowed="a finite learning rate > 0")
     batch = as_batch(inputs, target)
     loss_name = resolve_loss(loss, batch)
     custom = (None, None) if isinstance(loss, str) else tuple(loss)

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
-from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import whole_number
 
 RECORD_LOSS = "MSDEBUG_RECORD_LOSS"
 STOP_AFTER_STEP = "MSDEBUG_STOP_AFTER_STEP"
@@ -35,8 +35,16 @@ SHIM_NAME = "sitecustomize.py"
 _installed = False
 
 
-def settings(environ: Optional[Mapping[str, str]] = None) -> tuple[Optional[str], Optional[int]]:
-    """``(loss directory, stop step)`` from the environment; ``None`` where a variable is unset or empty.
+class RecordingSettings(NamedTuple):
+    """What the environment asks of a run under bisect: where to record its losses, and the step to stop after
+    (``None``: not asked)."""
+
+    loss_dir: Optional[str]
+    stop_after: Optional[int]
+
+
+def settings(environ: Optional[Mapping[str, str]] = None) -> RecordingSettings:
+    """The loss directory and the stop step from the environment; ``None`` where a variable is unset or empty.
 
     Raises :class:`ConfigError` naming the variable for a stop step that is not an int >= 1.
     """
@@ -44,10 +52,10 @@ def settings(environ: Optional[Mapping[str, str]] = None) -> tuple[Optional[str]
     directory = environ.get(RECORD_LOSS, "").strip() or None
     text = environ.get(STOP_AFTER_STEP, "").strip()
     if not text:
-        return directory, None
-    if not text.isdigit() or int(text) < 1:
-        raise ConfigError(STOP_AFTER_STEP, text, "an int >= 1: the 1-based step (cur_step_num) to stop after")
-    return directory, int(text)
+        return RecordingSettings(directory, None)
+    return RecordingSettings(directory, whole_number(STOP_AFTER_STEP, text, minimum=1, digits=True,
+                                                     allowed="an int >= 1: the 1-based step (cur_step_num) to stop "
+                                                             "after"))
 
 
 def _callbacks() -> Sequence[Any]:

@@ -20,7 +20,7 @@ Strongest first:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Mapping, NamedTuple, Optional
 
 import numpy as np
 
@@ -42,6 +42,14 @@ class MatchPlan:
     only_a: dict = field(default_factory=dict)
     only_b: dict = field(default_factory=dict)
     unresolved: list = field(default_factory=list)
+
+
+class MovedValues(NamedTuple):
+    """Where the values of differing pairs went: ``cycles`` of ``(name_a, name_b, transposed)`` that close (A's q is
+    B's k and A's k is B's q: swapped), and the moves that do not close, ``{name_a: (name_b, transposed)}``."""
+
+    cycles: list[list[tuple[str, str, bool]]]
+    moved: dict[str, tuple[str, bool]]
 
 
 def leaf(canonical: str) -> str:
@@ -202,8 +210,8 @@ class WeightMatcher:
         guess = self._closest(name_a, free_b)
         return f"closest name in B: {guess}" if guess else ""
 
-    def find_moved(self, pairs: list) -> tuple[list, dict]:
-        """For ``pairs`` (``(name_a, name_b)`` whose values differ), where A's value went: ``(cycles, moved)``.
+    def find_moved(self, pairs: list) -> MovedValues:
+        """For ``pairs`` (``(name_a, name_b)`` whose values differ), where A's value went.
 
         ``moved[name_a] = (name_b, transposed)`` when A's value is distinctive and equals exactly one other B tensor;
         a cycle is a list of such ``(name_a, name_b, transposed)`` that closes (A's q is B's k and A's k is B's q:
@@ -229,4 +237,4 @@ class WeightMatcher:
         for cycle in cycles:
             for name_a, _, _ in cycle:
                 moved.pop(name_a, None)
-        return cycles, moved
+        return MovedValues(cycles, moved)

@@ -5,7 +5,7 @@ import difflib
 import shlex
 from typing import Any, Iterable, Mapping, Optional
 
-from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import whole_number
 
 
 class ConfigWarning(UserWarning):
@@ -29,17 +29,9 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
 
 
 def strict_int(field: str, value: Any, *, minimum: int, allowed: str) -> int:
-    """An int (or a string of decimal digits) that is at least ``minimum``; bools are rejected (True is not 1 here)."""
-    if isinstance(value, bool):
-        raise ConfigError(field, value, allowed)
-    if isinstance(value, str):
-        text = value.strip()
-        if not text.isdigit():
-            raise ConfigError(field, value, allowed)
-        value = int(text)
-    if not isinstance(value, int) or value < minimum:
-        raise ConfigError(field, value, allowed)
-    return value
+    """An int (or a string of decimal digits: values come from the environment too) that is at least ``minimum``;
+    bools are rejected (True is not 1 here). The check is ``validation.whole_number``'s."""
+    return whole_number(field, value, minimum=minimum, allowed=allowed, digits=True)
 
 
 def export_lines(env: Mapping[str, str], unset: Iterable[str] = ()) -> str:

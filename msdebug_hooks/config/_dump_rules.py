@@ -9,7 +9,7 @@ summarised in ``docs/dump-rules.md``; they come from MindSpore 2.10's dump JSON 
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from msdebug_hooks.config._common import closest_name
 # COMMON, E2E, MISSING, TARGETS, iteration_matches and path_problems are also read by dump.py through this module
@@ -202,13 +202,21 @@ def check_one(doc: Any, target: str) -> State:
     return state
 
 
-def check(doc: Any, target: Optional[str]) -> tuple[list[ConfigError], list[str]]:
-    """``(errors, warnings)`` for ``doc``. With ``target=None`` a rejection on only some targets becomes a warning
+class Findings(NamedTuple):
+    """What the rules found in a dump config: what MindSpore would reject, and what it would accept but not do as
+    the config looks."""
+
+    errors: list[ConfigError]
+    warnings: list[str]
+
+
+def check(doc: Any, target: Optional[str]) -> Findings:
+    """The errors and warnings for ``doc``. With ``target=None`` a rejection on only some targets becomes a warning
     naming them, so a config is refused outright only when MindSpore would refuse it everywhere. (Messages therefore
     never name the target: the same problem must read the same on every target.)"""
     if target is not None:
         state = check_one(doc, target)
-        return state.errors, state.warnings
+        return Findings(state.errors, state.warnings)
     states = [check_one(doc, t) for t in TARGETS]
     errors, warnings = [], []
     for error in states[0].errors:
@@ -224,4 +232,4 @@ def check(doc: Any, target: Optional[str]) -> tuple[list[ConfigError], list[str]
         for warning in state.warnings:
             if warning not in warnings:
                 warnings.append(warning)
-    return errors, warnings
+    return Findings(errors, warnings)

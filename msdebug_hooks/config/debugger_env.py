@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Optional
 
+from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import whole_number
+
 __all__ = ["SWITCH", "HOST", "PORT", "PARTIAL_MEM", "SOURCE", "DUMP_DIR", "DUMP_KERNELS", "TLS_VARIABLES", "WAIT",
            "ON_LOST", "DEFAULT_HOST", "DEFAULT_PORT", "SOURCES", "ON_LOST_POLICIES", "TRUE_VALUES", "FALSE_VALUES",
            "read_flag", "read_port"]
@@ -43,13 +46,7 @@ def read_flag(value: str) -> Optional[bool]:
 
 def read_port(value: object) -> Optional[int]:
     """A port 1-65535 from an int or a string of digits; None when it is not one."""
-    number = value
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            number = int(text) if text.isdigit() else None
-        except ValueError:   # digits int() does not read, e.g. "²"
-            number = None
-    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
+    try:
+        return whole_number("port", value, minimum=1, maximum=65535, digits=True)
+    except ConfigError:
         return None
-    return number

@@ -27,7 +27,8 @@ from msdebug_hooks._log import get_logger
 from msdebug_hooks.config import _dump_keys
 from msdebug_hooks.config import _dump_rules as rules
 from msdebug_hooks.config._common import ConfigWarning
-from msdebug_hooks.errors import ConfigError, ConfigErrors
+from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import raise_all, whole_number
 
 __all__ = ["DumpConfig", "DumpConfigWarning", "default_config_dir"]
 
@@ -97,8 +98,7 @@ class DumpConfig:
             errors = [ConfigError(f"{rules.E2E}.{n}", getattr(self, n),
                                   "left out (None) when e2e=False: the section is not written")
                       for n in _E2E_FIELDS if getattr(self, n) is not None and n != "enable"]
-            if errors:
-                raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
+            raise_all(errors)
         self.warnings: tuple[str, ...] = ()
         self._validate(self.to_dict(), emit=True)
 
@@ -165,8 +165,8 @@ class DumpConfig:
         numbers dump iterations from 0 (plus ``initial_iteration``), so step N selects ``"N-2|N-1"``, clamped at the
         first iteration: ``around_step(5)`` -> ``"3|4"``, ``around_step(1)`` -> ``"0"``.
         """
-        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-            raise ConfigError("step", step, "a 1-based step number >= 1 (cb_params.cur_step_num of the failing step)")
+        whole_number("step", step, minimum=1,
+                     allowed="a 1-based step number >= 1 (cb_params.cur_step_num of the failing step)")
         if "iteration" in fields:
             raise ConfigError("iteration", fields["iteration"], "not given: around_step(step) computes it")
         offset = fields.get("initial_iteration") or 0
@@ -292,8 +292,7 @@ class DumpConfig:
     # -- internals ----------------------------------------------------------------------------------------------------
     def _validate(self, doc: Any, *, emit: bool) -> None:
         errors, found = rules.check(doc, self.target)
-        if errors:
-            raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
+        raise_all(errors)
         if emit:
             self.warnings = tuple(found)
             _warn_user(found)
@@ -329,8 +328,10 @@ def _check_ranks(ranks: Any) -> set[int]:
     if isinstance(ranks, (str, bytes)) or not isinstance(ranks, (list, tuple, set, frozenset, range)):
         raise ConfigError("ranks", ranks, allowed)
     for item in ranks:
-        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-            raise ConfigError("ranks", list(ranks), allowed, detail=f"entry {item!r} is not a rank")
+        try:
+            whole_number("ranks", item, minimum=0)
+        except ConfigError:      # named with the whole list, the entry in the detail
+            raise ConfigError("ranks", list(ranks), allowed, detail=f"entry {item!r} is not a rank") from None
     return set(ranks)
 
 

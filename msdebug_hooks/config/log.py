@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 from msdebug_hooks.config._common import ConfigWarning, did_you_mean, strict_int
 from msdebug_hooks.mindspore_versions import installed_text as _installed_text, log_submodules
 from msdebug_hooks.errors import ConfigError, ConfigErrors
+from msdebug_hooks.validation import raise_all
 
 PathLike = Union[str, "os.PathLike[str]"]
 LevelLike = Union[str, int]
@@ -171,8 +172,7 @@ class LogConfig:
             errors.append(ConfigError(labels["log_dir"], None, f"an absolute directory when {labels['to_stderr']} "
                                       "is off (logging to files)",
                                       detail="MindSpore raises ValueError at import otherwise"))
-        if errors:
-            raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
+        raise_all(errors)
         self._warn_no_effect(labels, stacklevel + 1)
 
     @staticmethod
@@ -212,7 +212,8 @@ class LogConfig:
             if not isinstance(name, str) or name not in known:
                 hint = did_you_mean(str(name), known)
                 errors.append(ConfigError(
-                    f"{field}[{name!r}]", name, f"one of MindSpore {_installed_text()}'s submodules: " + ", ".join(known),
+                    f"{field}[{name!r}]", name,
+                    f"one of MindSpore {_installed_text()}'s submodules: " + ", ".join(known),
                     detail=(hint + " " if hint else "") + "names are case-sensitive; MindSpore only warns "
                     "'Undefined module name' and ignores it"))
                 continue
@@ -221,8 +222,7 @@ class LogConfig:
             except ConfigError as exc:
                 errors.append(ConfigError(exc.field, exc.value, exc.allowed,
                                           detail="MindSpore only warns 'Illegal log level value' and ignores it"))
-        if errors:
-            raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
+        raise_all(errors)
         return levels
 
     @staticmethod
@@ -344,7 +344,7 @@ class LogConfig:
                           "LogConfig; MindSpore will use it. Pass replace=True to remove it.",
                           ConfigWarning, stacklevel=2)
         os.environ.update(env)
-        from msdebug_hooks import _mindspore  # lazily: importlib.metadata costs ~15 ms at import
+        from msdebug_hooks import _mindspore  # lazily: importlib.metadata is slow to import
 
         if _mindspore.is_imported():
             warnings.warn("mindspore is already imported in this process and read its log settings then; these take "

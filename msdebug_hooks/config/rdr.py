@@ -8,8 +8,8 @@ key present in the file override them. Data went to ``<path>/rank_<RANK_ID>/rdr/
 MindSpore 2.10 reads neither: its binaries contain no RDR code and nothing is written (checked by running it), and
 ``env_config_path`` is deprecated there (it warns) with a parser that reads only ``{"sys": {"mem_reuse": bool}}``.
 Nor do 2.7.1 to 2.9.0 (no ``MS_RDR_*`` name anywhere in their packages), while 2.7.0 still writes RDR data (run
-once: ``mindspore_versions``). RDR is documented up to MindSpore 2.3; for 2.4 to 2.6 we have no evidence either way. ``apply()`` therefore warns, by
-installed version, instead of pretending the recorder is on.
+once: ``mindspore_versions``). RDR is documented up to MindSpore 2.3; for 2.4 to 2.6 we have no evidence either way.
+``apply()`` therefore warns, by installed version, instead of pretending the recorder is on.
 """
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from msdebug_hooks._files import atomic_write_text
 from msdebug_hooks.config._common import ConfigWarning, did_you_mean
 from msdebug_hooks.errors import ConfigError, ConfigErrors
+from msdebug_hooks.validation import raise_all, whole_number
 from msdebug_hooks.mindspore_versions import RDR_ABSENT_SINCE, RDR_VERIFIED_PRESENT
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -40,27 +41,35 @@ class RDRNotSupportedWarning(ConfigWarning):
     """The installed MindSpore does not (or may not) read RDR settings: no RDR data will be written."""
 
 
-def rdr_support(version: Optional[Tuple[int, ...]] = None) -> Tuple[Optional[bool], str]:
+class RdrSupport(NamedTuple):
+    """Whether a MindSpore version reads RDR settings (None: not known) and the sentence that says so."""
+
+    supported: Optional[bool]
+    explanation: str
+
+
+def rdr_support(version: Optional[Tuple[int, ...]] = None) -> RdrSupport:
     """``(supported, explanation)`` for a MindSpore version (default: the installed one, read without importing).
 
     ``supported`` is True up to 2.3 (documented) and for 2.7.0 (run), False from 2.7.1 on (verified), None when
     unknown.
     """
     if version is None:
-        from msdebug_hooks import _mindspore  # lazily: importlib.metadata costs ~15 ms at import
+        from msdebug_hooks import _mindspore  # lazily: importlib.metadata is slow to import
 
         version = _mindspore.installed_version()
     if not version:
-        return None, "MindSpore is not installed here, so whether RDR is read cannot be told."
+        return RdrSupport(None, "MindSpore is not installed here, so whether RDR is read cannot be told.")
     text = ".".join(map(str, version))
     if version >= RDR_VERIFIED_ABSENT:
-        return False, (f"MindSpore {text} ignores RDR: its binaries contain no RDR code and MS_RDR_* / the 'rdr' "
-                       "section of env_config_path are never read, so no RDR data will be written. Use a dump "
-                       "(DumpConfig) and the logs (LogConfig) to investigate a failure instead.")
+        return RdrSupport(False, f"MindSpore {text} ignores RDR: its binaries contain no RDR code and MS_RDR_* / "
+                                 "the 'rdr' section of env_config_path are never read, so no RDR data will be written. "
+                                 "Use a dump (DumpConfig) and the logs (LogConfig) to investigate a failure instead.")
     if version[:2] <= RDR_LAST_DOCUMENTED or tuple(version[:3]) in RDR_VERIFIED_PRESENT:
-        return True, f"MindSpore {text} reads RDR; data goes to <path>/rank_<RANK_ID>/rdr/."
-    return None, (f"MindSpore {text}: RDR is documented up to 2.3, read by 2.7.0 and absent from 2.7.1 on; whether this version reads "
-                  "it was not verified. Check for <path>/rank_<RANK_ID>/rdr/ after a run.")
+        return RdrSupport(True, f"MindSpore {text} reads RDR; data goes to <path>/rank_<RANK_ID>/rdr/.")
+    return RdrSupport(None, f"MindSpore {text}: RDR is documented up to 2.3, read by 2.7.0 and absent from 2.7.1 on; "
+                            "whether this version reads it was not verified. Check for <path>/rank_<RANK_ID>/rdr/ "
+                            "after a run.")
 
 
 def _check_bool(field: str, value: Any) -> bool:
@@ -70,9 +79,8 @@ def _check_bool(field: str, value: Any) -> bool:
 
 
 def _check_mode(field: str, value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value in RDR_MODES:
-        return value
-    raise ConfigError(field, value, "1 (" + RDR_MODES[1] + ") or 2 (" + RDR_MODES[2] + ")")
+    return whole_number(field, value, minimum=min(RDR_MODES), maximum=max(RDR_MODES),
+                        allowed="1 (" + RDR_MODES[1] + ") or 2 (" + RDR_MODES[2] + ")")
 
 
 def _check_path(field: str, value: Any) -> str:
@@ -83,11 +91,6 @@ def _check_path(field: str, value: Any) -> str:
     if not text or not os.path.isabs(text) or len(text) > _MAX_PATH or "\0" in text:
         raise ConfigError(field, text, allowed, detail="RDR supports absolute paths only" if text else "")
     return text
-
-
-def _raise_all(errors: List[ConfigError]) -> None:
-    if errors:
-        raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
 
 
 def _check_section_keys(section: Mapping[str, Any], name: str, known: Tuple[str, ...]) -> None:
@@ -133,7 +136,7 @@ class RDRConfig:
                 errors.append(exc)
         elif enable is True:
             errors.append(ConfigError(fields["path"], None, "an absolute directory when RDR is enabled"))
-        _raise_all(errors)
+        raise_all(errors)
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -188,7 +191,7 @@ class RDRConfig:
             errors.extend(exc.errors)
         except ConfigError as exc:
             errors.append(exc)
-        _raise_all(errors)
+        raise_all(errors)
         return self
 
     @classmethod

@@ -25,6 +25,7 @@ operator-overflow condition, which a client that sees only step ends cannot eval
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -38,15 +39,19 @@ from msdebug_hooks.debugger.graph import build_graph
 from msdebug_hooks.debugger.dump_source import SOURCES, DumpTensorSource, source_options_from_env
 from msdebug_hooks.debugger.session import Decision, DebuggerSession
 from msdebug_hooks.debugger.step_order import OncePerStep, restore, run_first, user_callback_names
-from msdebug_hooks.debugger.settings import (PARTIAL_MEM_NOTE, DebuggerSettings, TlsConfig, validate_address,
-                                             validate_policy)
+from msdebug_hooks.debugger.settings import PARTIAL_MEM_NOTE, DebuggerSettings
 from msdebug_hooks.debugger.tensors import NetworkTensors
 from msdebug_hooks.debugger.transport import Transport
 from msdebug_hooks.errors import ConfigError
 
-__all__ = ["DebuggerCallback", "check_sink_mode"]
+__all__ = ["DebuggerCallback", "check_sink_mode", "SOURCE_OPTIONS"]
 
 _LOG = get_logger("debugger")
+#: the callback's own arguments (the tensor source); every other keyword argument is a ``DebuggerSettings`` field
+SOURCE_OPTIONS = ("source", "dump_dir", "dump_kernels")
+#: what ``DebuggerCallback(host, port, ...)`` starts from: the address MindInsight's docs use
+_ARGUMENT_DEFAULTS = DebuggerSettings(enabled=True, host="127.0.0.1", port=50051)
+_SETTING_FIELDS = frozenset(f.name for f in dataclasses.fields(DebuggerSettings))
 
 
 def check_sink_mode(dataset_sink_mode: bool, device_target: str) -> None:
@@ -68,22 +73,9 @@ class DebuggerCallback(Callback):
     """Attach a training run to a MindInsight debugger server (``mindinsight start --enable-debugger True``).
 
     Args:
-        host: the MindInsight machine (must resolve).
-        port: MindInsight's ``--debugger-port`` (1..65535).
-        wait_for_server: if no server answers yet, wait for one (a progress line every few seconds) instead of
-            training on without the debugger.
-        connect_timeout: seconds the first contact may take when not waiting for the server.
-        rpc_timeout: deadline in seconds of every call except the blocking wait for a command.
-        heartbeat_period: seconds between heartbeats (5..3600; MindInsight resets a session after 3 missed).
-        progress_interval: seconds before the first "training paused" line, and between the first two.
-        device_id: reported as the device in MindInsight (``Metadata.device_name``).
-        partial_memory: ``MS_DEBUGGER_PARTIAL_MEM``; accepted, and has nothing to do here (see ``settings.py``).
-        on_server_lost: "continue" (default: train on, reconnect when a server is back) or "stop" (end training
-            cleanly) when the server is lost; env ``MSDEBUG_DEBUGGER_ON_LOST``. See ``session.py``.
-        reconnect_window: seconds after a loss during which reconnecting is attempted (0: never).
-        tls_ca, tls_cert, tls_key, tls_server_name: PEM files and the name to verify for a TLS channel; env
-            ``MS_DEBUGGER_TLS_CA`` / ``_CERT`` / ``_KEY`` / ``_SERVER_NAME`` (see ``settings.py``). ``tls_ca`` may
-            also be a ready ``settings.TlsConfig`` (what ``from_env`` passes).
+        host: the MindInsight machine (must resolve); default 127.0.0.1, or ``settings.host``.
+        port: MindInsight's ``--debugger-port`` (1..65535); default 50051, or ``settings.port``.
+        settings: a ``DebuggerSettings`` (checked when it was made); the keyword arguments below override it.
         source: where tensor values come from: ``"light"`` (parameters and the loss, read from the network) or
             ``"dump"`` (every operator's outputs from a per-step sync dump the debugger configures; GRAPH_MODE,
             first training of the process; costly, see ``dump_source.py``). Env: ``MS_DEBUGGER_SOURCE``.
@@ -91,6 +83,26 @@ class DebuggerCallback(Callback):
             ``MS_DEBUGGER_DUMP_DIR``.
         dump_kernels: dump only these kernels / op types (MindSpore's ``kernels`` list, dump_mode 1); default
             all. Env: ``MS_DEBUGGER_DUMP_KERNELS`` (comma-separated).
+        options: ``DebuggerSettings`` fields, checked there (``DebuggerSettings.with_options``):
+
+            * ``wait_for_server``: if no server answers yet, wait for one (a progress line every few seconds)
+              instead of training on without the debugger.
+            * ``connect_timeout``: seconds the first contact may take when not waiting for the server (5).
+            * ``rpc_timeout``: deadline in seconds of every call except the blocking wait for a command (10).
+            * ``heartbeat_period``: seconds between heartbeats (5..3600; MindInsight resets a session after 3
+              missed; 30).
+            * ``progress_interval``: seconds before the first "training paused" line, and between the first two.
+            * ``device_id``: reported as the device in MindInsight (``Metadata.device_name``).
+            * ``partial_memory``: ``MS_DEBUGGER_PARTIAL_MEM``; accepted, and has nothing to do here
+              (``settings.py``).
+            * ``on_server_lost``: "continue" (default: train on, reconnect when a server is back) or "stop" (end
+              training cleanly) when the server is lost; env ``MSDEBUG_DEBUGGER_ON_LOST``. See ``session.py``.
+            * ``reconnect_window``: seconds after a loss during which reconnecting is attempted (0: never; 600).
+            * ``tls_ca``, ``tls_cert``, ``tls_key``, ``tls_server_name``: PEM files and the name to verify for a
+              TLS channel; env ``MS_DEBUGGER_TLS_CA`` / ``_CERT`` / ``_KEY`` / ``_SERVER_NAME``. ``tls_ca`` may
+              also be a ready ``settings.TlsConfig``.
+
+    The settings' fields read as the callback's attributes too (``callback.port``, ``callback.rpc_timeout``).
 
     Example:
         >>> model.train(3, dataset, callbacks=[DebuggerCallback("127.0.0.1", 50051)], dataset_sink_mode=False)
@@ -101,13 +113,9 @@ class DebuggerCallback(Callback):
     # one online debugger per training: env activation does not add another next to this one (autoattach.py)
     autoattach_role = "debugger"
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 50051, *, wait_for_server: bool = False,
-                 connect_timeout: float = 5.0, rpc_timeout: float = 10.0, heartbeat_period: int = 30,
-                 progress_interval: float = 5.0, device_id: int = 0, partial_memory: bool = False,
-                 on_server_lost: str = "continue", reconnect_window: float = 600.0,
-                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
-                 tls_server_name: Optional[str] = None,
-                 source: str = "light", dump_dir: Optional[str] = None, dump_kernels: Sequence[str] = ()) -> None:
+    def __init__(self, host: Optional[str] = None, port: Optional[int] = None, *,
+                 settings: Optional[DebuggerSettings] = None, source: str = "light", dump_dir: Optional[str] = None,
+                 dump_kernels: Sequence[str] = (), **options: Any) -> None:
         super().__init__()
         if source not in SOURCES:
             raise ConfigError("source", source, f"one of {', '.join(SOURCES)}")
@@ -115,31 +123,12 @@ class DebuggerCallback(Callback):
         self._dump: Optional[DumpTensorSource] = None
         if source == "dump":   # validated now; configured in on_train_begin, before the first compile
             self._dump = DumpTensorSource(dump_dir=dump_dir, kernels=tuple(dump_kernels))
-        self.host, self.port = validate_address(host, port)
-        self.on_server_lost = validate_policy("on_server_lost", on_server_lost)
-        if isinstance(reconnect_window, bool) or not isinstance(reconnect_window, (int, float)) or \
-                not reconnect_window >= 0:
-            raise ConfigError("reconnect_window", reconnect_window, "a number of seconds >= 0 (0: never reconnect)")
-        self.reconnect_window = float(reconnect_window)
-        self.tls = tls_ca if isinstance(tls_ca, TlsConfig) else TlsConfig.from_paths(
-            tls_ca, tls_cert, tls_key, tls_server_name,
-            fields={"ca": "tls_ca", "cert": "tls_cert", "key": "tls_key", "server_name": "tls_server_name"})
-        for name, value in (("connect_timeout", connect_timeout), ("rpc_timeout", rpc_timeout),
-                            ("progress_interval", progress_interval)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(name, value, "a number of seconds > 0")
-        if isinstance(heartbeat_period, bool) or not isinstance(heartbeat_period, int) or \
-                not 5 <= heartbeat_period <= 3600:
-            raise ConfigError("heartbeat_period", heartbeat_period, "an int 5..3600 (seconds; MindInsight's range)")
-        if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
-            raise ConfigError("device_id", device_id, "an int >= 0")
-        self.wait_for_server = bool(wait_for_server)
-        self.connect_timeout = float(connect_timeout)
-        self.rpc_timeout = float(rpc_timeout)
-        self.heartbeat_period = heartbeat_period
-        self.progress_interval = float(progress_interval)
-        self.device_id = device_id
-        self.partial_memory = bool(partial_memory)
+        if settings is None:
+            settings = _ARGUMENT_DEFAULTS
+            host = _ARGUMENT_DEFAULTS.host if host is None else host
+            port = _ARGUMENT_DEFAULTS.port if port is None else port
+        address = {name: value for name, value in (("host", host), ("port", port)) if value is not None}
+        self.settings: DebuggerSettings = settings.with_options(**address, **options)
         self.session: Optional[DebuggerSession] = None
         self._tensors: Union[NetworkTensors, DumpTensorSource, None] = None   # the session's TensorSource
         self._step_end_once = OncePerStep(self._step_end)
@@ -147,14 +136,21 @@ class DebuggerCallback(Callback):
         self._loss_monitored = False         # a LossMonitor follows: say so when a step's loss is not finite
         self.enabled = True                  # False: from_env() without ENABLE_MS_DEBUGGER, every hook does nothing
 
+    def __getattr__(self, name: str) -> Any:
+        """``callback.port``, ``callback.rpc_timeout``, ...: the settings' fields, where they always were."""
+        settings = self.__dict__.get("settings")
+        if settings is not None and name in _SETTING_FIELDS:
+            return getattr(settings, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        return self.settings.address
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None, **options: Any) -> "DebuggerCallback":
-        """The callback ``ENABLE_MS_DEBUGGER`` / ``MS_DEBUGGER_HOST`` / ``MS_DEBUGGER_PORT`` /
-        ``MS_DEBUGGER_PARTIAL_MEM`` describe; ``options`` are passed on (e.g. ``wait_for_server=True``).
+        """The callback ``ENABLE_MS_DEBUGGER`` / ``MS_DEBUGGER_*`` / ``MSDEBUG_DEBUGGER_*`` describe
+        (``DebuggerSettings.from_env``); ``options`` override them (e.g. ``wait_for_server=True``).
 
         With ``ENABLE_MS_DEBUGGER`` unset, ``0`` or ``false`` the callback does nothing (one INFO line says so), so
         a script that lists ``DebuggerCallback.from_env()`` runs with and without the debugger unchanged
@@ -167,15 +163,11 @@ class DebuggerCallback(Callback):
             _LOG.info("debugger: ENABLE_MS_DEBUGGER is %s, so DebuggerCallback.from_env() attaches nothing and the "
                       "training runs without the debugger (set ENABLE_MS_DEBUGGER=1 to attach it)",
                       repr(env["ENABLE_MS_DEBUGGER"]) if "ENABLE_MS_DEBUGGER" in env else "unset")
-            inert = cls(**{k: v for k, v in options.items() if k not in ("source", "dump_dir", "dump_kernels")})
+            inert = cls(**{k: v for k, v in options.items() if k not in SOURCE_OPTIONS})
             inert.enabled = False
             return inert
-        options.setdefault("wait_for_server", settings.wait_for_server)
-        options.setdefault("on_server_lost", settings.on_server_lost)
-        if settings.tls is not None:
-            options.setdefault("tls_ca", settings.tls)
         options.update(source_options_from_env(env, options))
-        return cls(settings.host, settings.port, partial_memory=settings.partial_memory, **options)
+        return cls(settings=settings, **options)
 
     # -- hooks --------------------------------------------------------------------------------------------------
     def on_train_begin(self, run_context, *, owner: Any = None) -> None:
@@ -204,14 +196,13 @@ class DebuggerCallback(Callback):
         if self._dump is not None:   # same parameters and roles, the dump's graph and operator tensors
             graph = self._prepare_dump(network, params, graph)
             self._tensors = self._dump
-        transport = Transport(self.address, timeout=self.rpc_timeout, tls=self.tls)
+        settings = self.settings
+        transport = Transport(settings.address, timeout=settings.rpc_timeout, tls=settings.tls)
         self.session = DebuggerSession(transport, graph, self._tensors, ms_version=mindspore.__version__,
-                                       device_id=self.device_id, heartbeat_period=self.heartbeat_period,
-                                       progress_interval=self.progress_interval, device_target=device,
-                                       on_server_lost=self.on_server_lost, reconnect_window=self.reconnect_window)
-        if self.partial_memory:
+                                       settings=settings, device_target=device)
+        if settings.partial_memory:
             _LOG.info("debugger: %s", PARTIAL_MEM_NOTE)
-        if not self.session.connect(wait_for_server=self.wait_for_server, timeout=self.connect_timeout):
+        if not self.session.connect(wait_for_server=settings.wait_for_server, timeout=settings.connect_timeout):
             return
         if self.session.suspend() is Decision.EXIT:
             request_stop(run_context, _LOG, "the debugger server asked to terminate the training at step 0 "

@@ -14,8 +14,8 @@ one warning naming the node; the training goes on.
 
 GRAPH_MODE: a hook registered after the first compile never runs (the compiled graph is reused), and a hook compiled
 in from the start hands values out only through a host round trip on every step, whether anything needs them or not
-(LeNet-5 on the CPU: ~55 ms per step became ~120-150 ms). The light source therefore offers no activations or
-gradients in GRAPH_MODE; ``MS_DEBUGGER_SOURCE=dump`` serves every operator's outputs there.
+(a multiple of a small network's step time). The light source therefore offers no activations or gradients in
+GRAPH_MODE; ``MS_DEBUGGER_SOURCE=dump`` serves every operator's outputs there.
 
 A cell called several times in one step (LeNet's shared ``relu``) keeps its last output.
 """

@@ -17,24 +17,36 @@ rank ends the job. Ranks that all connect to our server have no such limit: it h
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from mindspore.train import Callback
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.debugger.callback import DebuggerCallback
+from msdebug_hooks.debugger.callback import SOURCE_OPTIONS, DebuggerCallback
 from msdebug_hooks.debugger.dump_scratch import source_options_from_env
 from msdebug_hooks.debugger.reaching import rank_ports
 from msdebug_hooks.debugger.session import SessionState
-from msdebug_hooks.debugger.settings import validate_address
+from msdebug_hooks.debugger.settings import DebuggerSettings
 from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.rank import rank_id, world_size
 from msdebug_hooks.stop_agreement import AgreedStop
+from msdebug_hooks.validation import whole_number
 
 __all__ = ["DistributedDebugger"]
 
 _LOG = get_logger("debugger.distributed")
+
+
+def _rank_set(ranks: Any) -> frozenset[int]:
+    allowed = '"all" or a non-empty list of ranks (ints >= 0), e.g. [0]'
+    if not isinstance(ranks, (list, tuple, set, frozenset, range)) or not ranks:
+        raise ConfigError("ranks", ranks, allowed)
+    try:
+        return frozenset(whole_number("ranks", rank, minimum=0) for rank in ranks)
+    except ConfigError:      # named with the whole list the user gave
+        raise ConfigError("ranks", ranks, allowed) from None
 
 
 class DistributedDebugger(AgreedStop, Callback):
@@ -45,8 +57,10 @@ class DistributedDebugger(AgreedStop, Callback):
         port: MindInsight's ``--debugger-port`` (the base port with ``port_per_rank``).
         ranks: the ranks that connect (default ``(0,)``), or ``"all"``.
         port_per_rank: rank ``r`` connects to ``port + r``; required when more than one rank connects.
-        options: passed on to ``DebuggerCallback`` (``wait_for_server``, ``connect_timeout``, ...); ``device_id``
-            is the rank, so MindInsight names the rank.
+        settings: a ``DebuggerSettings`` (``from_env`` passes the environment's); ``host`` / ``port`` / ``options``
+            override it.
+        options: passed on to ``DebuggerCallback`` (``wait_for_server``, ``connect_timeout``, ``source``, ...);
+            ``device_id`` is the rank, so MindInsight names the rank.
 
     Example (``examples/distributed/train.py --debugger HOST:PORT``):
         >>> model.train(3, dataset, callbacks=[DistributedDebugger("127.0.0.1", 50051), LossGuard()],
@@ -56,16 +70,11 @@ class DistributedDebugger(AgreedStop, Callback):
     # one online debugger per training: env activation does not add another next to this one (autoattach.py)
     autoattach_role = "debugger"
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 50051, *, ranks: Union[Sequence[int], str] = (0,),
-                 port_per_rank: bool = False, **options: Any) -> None:
+    def __init__(self, host: Optional[str] = None, port: Optional[int] = None, *,
+                 ranks: Union[Sequence[int], str] = (0,), port_per_rank: bool = False,
+                 settings: Optional[DebuggerSettings] = None, **options: Any) -> None:
         super().__init__()
-        if ranks == "all":
-            self.ranks: Optional[frozenset[int]] = None
-        elif isinstance(ranks, (list, tuple, set, frozenset, range)) and ranks and all(
-                isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in ranks):
-            self.ranks = frozenset(ranks)
-        else:
-            raise ConfigError("ranks", ranks, '"all" or a non-empty list of ranks (ints >= 0), e.g. [0]')
+        self.ranks: Optional[frozenset[int]] = None if ranks == "all" else _rank_set(ranks)
         if not isinstance(port_per_rank, bool):
             raise ConfigError("port_per_rank", port_per_rank, "True or False")
         if not port_per_rank and (self.ranks is None or len(self.ranks) > 1):
@@ -74,11 +83,20 @@ class DistributedDebugger(AgreedStop, Callback):
                                      "port_per_rank=True rank r connects to port + r")
         if "device_id" in options:
             raise ConfigError("device_id", options["device_id"], "left out: each rank reports its rank")
-        self.host, self.port = validate_address(host, port)
         self.port_per_rank = port_per_rank
-        self.options = dict(options)
-        DebuggerCallback(self.host, self.port, **self.options)        # the options are checked here, once
+        self.source_options = {k: v for k, v in options.items() if k in SOURCE_OPTIONS}
+        # checked here, once: the settings, and the source options by the callback they are for
+        self.settings = DebuggerCallback(host, port, settings=settings, **options).settings
         self.debugger: Optional[DebuggerCallback] = None
+
+    @property
+    def host(self) -> str:
+        return self.settings.host
+
+    @property
+    def port(self) -> int:
+        """The port rank 0 connects to (the base port with ``port_per_rank``)."""
+        return self.settings.port
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None, **kwargs: Any) -> "DistributedDebugger":
@@ -87,17 +105,13 @@ class DistributedDebugger(AgreedStop, Callback):
         only ``ENABLE_MS_DEBUGGER=1`` debugs every rank. Under MindInsight (one port) the other ranks find nothing
         on theirs, say so and follow rank 0."""
         env = os.environ if environ is None else environ
-        single = DebuggerCallback.from_env(env)          # every variable checked, bad ones named
-        if not single.enabled:       # ENABLE_MS_DEBUGGER unset / 0 / false: that inert callback (its INFO line said so)
-            return single
+        settings = DebuggerSettings.from_env(env)          # every variable checked, bad ones named
+        if not settings.enabled:
+            return DebuggerCallback.from_env(env)          # the inert callback (its INFO line says why)
         kwargs.setdefault("ranks", "all")
         kwargs.setdefault("port_per_rank", True)
-        for name in ("wait_for_server", "partial_memory", "on_server_lost"):
-            kwargs.setdefault(name, getattr(single, name))
-        if single.tls is not None:
-            kwargs.setdefault("tls_ca", single.tls)
         kwargs.update(source_options_from_env(env, kwargs))
-        return cls(single.host, single.port, **kwargs)
+        return cls(settings=settings, **kwargs)
 
     def connects(self, rank: Optional[int] = None) -> bool:
         """Whether ``rank`` (default: this process's) talks to MindInsight."""
@@ -115,7 +129,8 @@ class DistributedDebugger(AgreedStop, Callback):
                       "rank is paused)", ", ".join(map(str, sorted(self.ranks or ()))))
             return
         port = self.port + rank if self.port_per_rank else self.port
-        self.debugger = DebuggerCallback(self.host, port, device_id=rank, **self.options)
+        self.debugger = DebuggerCallback(settings=dataclasses.replace(self.settings, port=port, device_id=rank),
+                                         **self.source_options)
         world = world_size()
         if world > 1:
             _LOG.info("rank %d of %d connects to the debugger server at %s:%d", rank, world, self.host, port)

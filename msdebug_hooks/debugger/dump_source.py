@@ -25,13 +25,11 @@ How it is wired, and the constraints behind it:
 * Parameters (weights, optimizer states) are read from the live network, as in the light source, so "previous
   step" copies are kept only for watched parameters; data inputs (``inputs0``...) come from the dump.
 
-Cost, measured by ``benchmarks/debugger_overhead.py --dump-source`` and to be taken seriously: MindSpore writes every
-output of every kernel of every step to the scratch directory (LeNet-5 batch 32: about 5 MB and 66 files per step
-with inputs off; a network's activations and gradients per step in general), and the debugger reads what is
-watched. On LeNet-5 batch 32 on the CPU (2 cores shared with other jobs, so noisy) the median step took 1.15-2.0x
-plain training's without watchpoints and 1.5-2.5x with ``tensor_overflow`` on every operator, over three runs; on a
-large network the per-step dump is the dominating cost and tmpfs must hold a step's outputs in RAM. ``kernels``
-(dump_mode 1: full names, op types such as ``"Conv2D"`` matched case-insensitively as substrings, or
+Cost, to be taken seriously (``benchmarks/debugger_overhead.py --dump-source`` measures it:
+docs/performance.md#online-debugger-the-dump-source): MindSpore writes every output of every kernel of every step
+to the scratch directory (a network's activations and gradients, every step), and the debugger reads what is
+watched; on a large network the per-step dump is the dominating cost and tmpfs must hold a step's outputs in RAM.
+``kernels`` (dump_mode 1: full names, op types such as ``"Conv2D"`` matched case-insensitively as substrings, or
 ``"name-regex(...)"``) limits the dump to what is watched and keeps it affordable; parameters do not need the dump.
 The graph MindInsight shows is the kernel graph (Load / UpdateState / Depend nodes included; they have no values).
 """

@@ -13,10 +13,9 @@ from typing import Callable, Optional
 
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
-from msdebug_hooks.debugger.transport import TransportError
+from msdebug_hooks.debugger.transport_errors import TransportError
 
 _LOG = get_logger("debugger")
-MIN_PERIOD, MAX_PERIOD = 5, 3600
 MAX_FAILURES = 5
 
 
@@ -25,7 +24,8 @@ class Heartbeat:
 
     Args:
         send: the transport's ``send_heartbeat``.
-        period: seconds between beats, 5..3600 (the server rejects others).
+        period: seconds between beats: ``DebuggerSettings.heartbeat_period``, which is checked there (5..3600,
+            the server rejects others).
         retry_after: seconds before retrying a failed beat.
         on_lost: called once (from the heartbeat thread) after ``MAX_FAILURES`` failures in a row.
         message: the beat's text (MindInsight ignores it; the session's says it can do free runs).
@@ -34,9 +34,6 @@ class Heartbeat:
     def __init__(self, send: Callable[[pb.Heartbeat], pb.EventReply], period: int = 30,
                  retry_after: float = 0.5, on_lost: Optional[Callable[[], None]] = None,
                  message: str = "Debugger is alive") -> None:
-        if not MIN_PERIOD <= period <= MAX_PERIOD:
-            raise ValueError(f"heartbeat period={period}: allowed {MIN_PERIOD}..{MAX_PERIOD} seconds "
-                             "(MindInsight rejects other periods)")
         self._send = send
         self.period = period
         self.retry_after = retry_after

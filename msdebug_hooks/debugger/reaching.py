@@ -14,7 +14,8 @@ from typing import Callable, Iterator, Optional
 
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.debugger.progress import ProgressLine
-from msdebug_hooks.debugger.transport import TlsError, Transport, TransportError
+from msdebug_hooks.debugger.transport import Transport
+from msdebug_hooks.debugger.transport_errors import TlsError, TransportError
 
 __all__ = ["CONNECT_ATTEMPTS", "MAX_RECONNECT_GAP", "ReconnectSchedule", "reach_server", "wait_for_listener",
            "rank_ports", "server_hint"]

@@ -1,6 +1,7 @@
-"""What the client does with each server command: the debugger session state machine and its reconnect policy.
+"""What the client does with each server command: the debugger session state machine.
 
-The transport (``transport.py``) moves messages; this module decides. Each command has one small handler:
+The transport (``transport.py``) moves messages; this module decides; ``session_link.py`` keeps the session connected
+(handshake, heartbeat, the lost-server policy ``on_server_lost``). Each command has one small handler:
 
 * ``_on_run``: ``step`` leaves the suspension (the server counts multi-step continues itself and answers every
   later ``WaitCMD`` with another single step), ``recheck`` re-evaluates the watchpoints and stays, ``node`` runs
@@ -15,67 +16,38 @@ PAUSE has no handler because the client never receives it: the server simply doe
 says so every few seconds). One blocking ``WaitCMD`` per step, by design (why: docs/debugger-protocol.md 1.4),
 except in a free run, which only our own server starts (``free_run.py``): then a step end costs no round trip.
 
-Faults (the debugger never hurts a training it was not asked to stop; only a pause or a hit holds the training):
-replies are validated before they are obeyed, and too many refused, broken or FAILED ones in a row mean the server
-is lost (``replies.py``); a server absent at start gets a few tries, then training runs undebugged after one warning
-(``reaching.py``). A lost server (its ``WaitCMD`` fails, or the heartbeat fails ``heartbeat.MAX_FAILURES`` times,
-which reopens the channel and so ends a wait on a frozen server) is handled by ``on_server_lost``: ``"continue"``
-(default) runs on at once, no step lost, and at step ends within ``reconnect_window`` looks whether a server is back;
-one that is gets metadata and graph again and holds training in a fresh suspension, like a first connection.
-``"stop"`` ends training cleanly at that step end. While connected this costs one state comparison per step.
-
 Tensor values come from a ``sources.TensorSource`` (the light ``NetworkTensors`` or the dump's
 ``DumpTensorSource``; a plain function ``name -> array | None`` is wrapped as a light source over the graph).
 """
 from __future__ import annotations
 
-import enum
 import time
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
-from msdebug_hooks.debugger.client_facts import error_note, heartbeat_message
-from msdebug_hooks.debugger.free_run import FREE_RUN_LEVEL, WATCH_NODE, FreeRun
+from msdebug_hooks.wire.protocol import FREE_RUN_LEVEL, WATCH_NODE
+from msdebug_hooks.debugger.free_run import FreeRun
 from msdebug_hooks.debugger.graph import DebugGraph
-from msdebug_hooks.debugger.heartbeat import Heartbeat
 from msdebug_hooks.debugger.interrupt import sigint_raises
-from msdebug_hooks.debugger.progress import ProgressLine
-from msdebug_hooks.debugger.reaching import ReconnectSchedule, reach_server, wait_for_listener
-from msdebug_hooks.debugger.settings import validate_policy
-from msdebug_hooks.debugger.replies import ReplyIntake
+from msdebug_hooks.debugger.session_link import REPORTED_BACKEND, Decision, SessionLink, SessionState
+from msdebug_hooks.debugger.settings import DebuggerSettings
 from msdebug_hooks.debugger.sources import TensorProvider, TensorSource, as_source
-from msdebug_hooks.debugger.transport import Transport, TransportError
-from msdebug_hooks.debugger.validate import MAX_VIEW_BYTES, RateLimitedLog
+from msdebug_hooks.debugger.transport import Transport
+from msdebug_hooks.debugger.transport_errors import TransportError
+from msdebug_hooks.debugger.validate import MAX_VIEW_BYTES
 from msdebug_hooks.debugger.viewing import TensorViewer
-from msdebug_hooks.debugger.watchpoints import ReceivedWatchpoint, WatchpointTable, prepare_engine
+from msdebug_hooks.debugger.watchpoints import ReceivedWatchpoint, WatchpointTable
 from msdebug_hooks.errors import ConfigError
-from msdebug_hooks.rank import world_size
+from msdebug_hooks.validation import real_number, whole_number
 
-__all__ = ["Decision", "SessionState", "DebuggerSession"]
+__all__ = ["Decision", "SessionState", "DebuggerSession", "REPORTED_BACKEND"]
 
 _LOG = get_logger("debugger")
-REPORTED_BACKEND = "GPU"   # MindInsight 2.3.1 offers watchpoint conditions only for "GPU" and "Ascend"
+_DEFAULT_SETTINGS = DebuggerSettings()
 
 
-class Decision(enum.Enum):
-    """What training should do after a suspension point."""
-
-    RUN = "run"            # run the next step
-    EXIT = "exit"          # the person pressed terminate: stop training cleanly
-    DETACHED = "detached"  # the debugger gave up (no server, version mismatch, errors): train on without it
-
-
-class SessionState(enum.Enum):
-    NEW = "new"
-    SUSPENDED = "suspended"
-    RUNNING = "running"
-    EXITED = "exited"
-    DETACHED = "detached"
-    DISCONNECTED = "disconnected"   # server lost; training runs on, reconnect attempts at step ends
-
-
-class DebuggerSession:
+class DebuggerSession(SessionLink):
     """The client side of one debugger session (MindInsight's, or ``msdebug debug`` / ``serve``).
 
     Args:
@@ -83,14 +55,14 @@ class DebuggerSession:
         graph: what ``build_graph`` made of the network.
         provider: the ``TensorSource`` (or a function: values by bare parameter name or loss node full name).
         ms_version: reported to the server, which compares major.minor (2.x is accepted by MindInsight 2.3.1).
-        device_id: first part of ``Metadata.device_name`` ("<device>:<graph id>").
-        heartbeat_period: seconds between heartbeats (5..3600).
-        progress_interval: seconds between "still paused" log lines while waiting for a command.
+        settings: the checked ``DebuggerSettings``; the session uses ``device_id`` (first part of
+            ``Metadata.device_name``, "<device>:<graph id>"), ``heartbeat_period``, ``progress_interval`` (seconds
+            between "still paused" lines), ``on_server_lost`` and ``reconnect_window`` (``session_link.py``).
+        options: those settings fields given one by one (``heartbeat_period=3600``), applied over ``settings``
+            and checked there.
         max_wait_failures: consecutive failed ``WaitCMD`` answers before the session detaches.
         sleep: back-off sleep (replaceable in tests).
         device_target: the device training really runs on, for the log line that explains the reported backend.
-        on_server_lost: "continue" (run on, reconnect later) or "stop" (end training cleanly) when the server is lost.
-        reconnect_window: seconds after a loss during which reconnecting is attempted (0: never; detach at once).
         reconnect_interval: seconds before the first reconnect attempt; the gap doubles up to 30 s.
         max_view_bytes: bytes of tensor data one view may ask for (values and statistics); the rest is answered
             as "not found".
@@ -107,105 +79,31 @@ class DebuggerSession:
     """
 
     def __init__(self, transport: Transport, graph: DebugGraph, provider: Union[TensorSource, TensorProvider], *,
-                 ms_version: str, device_id: int = 0, heartbeat_period: int = 30, progress_interval: float = 5.0,
-                 max_wait_failures: int = 5, sleep: Callable[[float], None] = time.sleep,
-                 device_target: str = "", on_server_lost: str = "continue", reconnect_window: float = 600.0,
-                 reconnect_interval: float = 2.0, max_view_bytes: int = MAX_VIEW_BYTES) -> None:
-        self.transport = transport
-        self.graph = graph
-        self.tensors = as_source(graph, provider)
-        self.tensors.start_over()                # a source reused by a second training starts clean
-        self.ms_version = ms_version
-        self.device_target = device_target
-        self.rank = device_id
-        self.device_name = f"{device_id}:{graph.name.rsplit('_', 1)[-1]}"
-        self._wait_metadata = pb.Metadata(device_name=self.device_name, backend=REPORTED_BACKEND)
-        self.progress_interval = progress_interval
-        self._sleep = sleep
-        self.step = 0
-        self.state = SessionState.NEW
+                 ms_version: str, settings: Optional[DebuggerSettings] = None, max_wait_failures: int = 5,
+                 sleep: Callable[[float], None] = time.sleep, device_target: str = "",
+                 reconnect_interval: float = 2.0, max_view_bytes: int = MAX_VIEW_BYTES, **options: Any) -> None:
+        settings = settings or _DEFAULT_SETTINGS
+        if options:
+            settings = settings.with_options(**options)
+        reconnect_interval = real_number("reconnect_interval", reconnect_interval, above=0, finite=False)
+        max_view_bytes = whole_number("max_view_bytes", max_view_bytes, minimum=0)
+        tensors = as_source(graph, provider)
+        tensors.start_over()                     # a source reused by a second training starts clean
+        super().__init__(transport, graph, tensors, settings, ms_version=ms_version, device_target=device_target,
+                         max_wait_failures=max_wait_failures, sleep=sleep, reconnect_interval=reconnect_interval)
         self.table = WatchpointTable(graph, self.tensors, self._warn_once)
         self.hits_sent = 0
         self._initial = True                       # initial suspension: until the first non-recheck RunCMD
-        self._free: Optional[FreeRun] = None       # a free run our own server started (free_run.py)
-        self._warned: set[str] = set()
-        self.heartbeat_period = heartbeat_period
-        self._heartbeat = Heartbeat(transport.send_heartbeat, period=heartbeat_period)
-        self._progress = ProgressLine(_LOG, interval=progress_interval)
-        self.on_server_lost = validate_policy("on_server_lost", on_server_lost)
-        if reconnect_window < 0 or reconnect_interval <= 0 or max_view_bytes < 0:
-            raise ConfigError("reconnect_window / reconnect_interval / max_view_bytes",
-                              (reconnect_window, reconnect_interval, max_view_bytes), ">= 0, > 0 and >= 0")
-        self.reconnect_window = float(reconnect_window)
-        self.reconnect_interval = float(reconnect_interval)
-        self.max_view_bytes = int(max_view_bytes)
+        self.max_view_bytes = max_view_bytes
         self.refused = 0                 # replies refused by validation (all kinds)
         self.internal_errors = 0         # handler failures the last-resort guard caught (should stay 0)
-        self.losses = 0                  # times the server was lost
-        self.reconnects = 0
-        self._refusals = RateLimitedLog(_LOG)
         self.viewer = TensorViewer(transport, self.tensors, self.table, max_view_bytes=self.max_view_bytes,
                                    refusals=self._refusals)
-        self._intake = ReplyIntake(transport, self._refusals, max_wait_failures=max_wait_failures, sleep=sleep)
-        self._epoch = 0                  # bumped per handshake: stale heartbeat threads are ignored
-        self._generation = 0             # the transport's channel generation our session lives on
-        self._reconnect = ReconnectSchedule(window=self.reconnect_window, interval=self.reconnect_interval)
 
-    # -- lifecycle ----------------------------------------------------------------------------------------------
     @property
     def watchpoints(self) -> dict[int, ReceivedWatchpoint]:
         """The live watchpoints by id."""
         return self.table.by_id
-
-    @property
-    def active(self) -> bool:
-        """True while connected (suspended or running) or reconnecting after a lost server; False before
-        connecting and once exited or detached."""
-        return self.state in (SessionState.SUSPENDED, SessionState.RUNNING, SessionState.DISCONNECTED)
-
-    def connect(self, *, wait_for_server: bool = False, timeout: Optional[float] = None) -> bool:
-        """Send metadata (version check) and the graph, start the heartbeat. False (and detached, with one
-        warning) when the server is absent or refuses; training then runs on without the debugger.
-
-        Args:
-            wait_for_server: wait (logging a progress line) until something listens at the address, for a
-                training started before MindInsight. Otherwise the first contact is bounded by ``timeout``.
-            timeout: deadline in seconds of the first call (the transport's own deadline when None).
-        """
-        _LOG.info("debugger: connecting to the debugger server at %s, reporting ms_version=%s (MindInsight checks "
-                  "major.minor) and backend=%s%s (MindInsight offers watchpoint conditions only for GPU or Ascend, "
-                  "and Ascend adds operator_overflow, which a step-level client cannot evaluate)",
-                  self.transport.address, self.ms_version, REPORTED_BACKEND,
-                  f" while training on {self.device_target}" if self.device_target else "")
-        prepare_engine()                 # the statistics engine's first-use cost lands here, not in a step
-        if wait_for_server and not wait_for_listener(self.transport, self._progress, self.step):
-            return self._detach(f"stopped waiting for the debugger server at {self.transport.address}")
-        problem = reach_server(self.transport, lambda: self._handshake(timeout), self._sleep)
-        return True if problem is None else self._detach(problem)
-
-    def _handshake(self, timeout: Optional[float]) -> Optional[str]:
-        """Metadata (version check), graph, heartbeat; SUSPENDED. Returns why the server refused, or None.
-        Raises ``TransportError`` when the server cannot be reached."""
-        reply = self.transport.send_metadata(self._metadata(ms_version=self.ms_version, graph_num=1),
-                                             timeout=timeout)
-        if reply.WhichOneof("cmd") != "version_matched":
-            return "the server did not answer the version check (MindInsight too old?)"
-        if not reply.version_matched:
-            return (f"the debugger server refused ms_version={self.ms_version} (version mismatch); use a MindInsight "
-                    "whose major.minor is not newer than MindSpore's")
-        self.transport.send_graph(self.graph.proto.SerializeToString())
-        self._epoch += 1
-        epoch = self._epoch
-        self._heartbeat.stop(timeout=0)
-        self._heartbeat = Heartbeat(self.transport.send_heartbeat, period=self.heartbeat_period,
-                                    on_lost=lambda: self._heartbeat_lost(epoch),
-                                    message=heartbeat_message(self.rank, world_size()))
-        self._heartbeat.start(at_once=not self._heartbeat.beat())   # the first before the wait: who we are
-        self._intake.reset()
-        self._free = None                # a watch on the old channel is gone with it
-        self._generation = self.transport.generation
-        self.state = SessionState.SUSPENDED
-        return None
 
     def suspend(self) -> Decision:
         """Obey commands until one ends the suspension (initial one at step 0, or after ``step_end``)."""
@@ -257,80 +155,6 @@ class DebuggerSession:
             self._end_free_run()
         self.state = SessionState.SUSPENDED
         self._send_hits(hits)
-        return self.suspend()
-
-    def finish(self, error: Optional[BaseException] = None) -> None:
-        """Training is over: tell the server (it resets its session) and stop the heartbeat. Idempotent. ``error``:
-        what training raised, if it did; its last line goes with the message (``client_facts.py``), so our server
-        says crashed, not finished."""
-        if self.state in (SessionState.SUSPENDED, SessionState.RUNNING):
-            note = error_note(error) if error is not None else None
-            try:
-                self.transport.send_metadata(self._metadata(cur_node=note or "", training_done=True))
-            except TransportError as exc:
-                _LOG.debug("debugger: training-done metadata not delivered: %s", exc)
-            self.state = SessionState.EXITED
-        elif self.state is SessionState.DISCONNECTED:
-            self.state = SessionState.EXITED
-        self.close()
-
-    def close(self) -> None:
-        self._end_free_run()
-        self._progress.stop()
-        self._heartbeat.stop(timeout=1.0)
-        self.transport.close()
-
-    # -- a lost server ------------------------------------------------------------------------------------------
-    def _heartbeat_lost(self, epoch: int) -> None:
-        """Heartbeat thread: the server stopped answering. Reopen the channel, which ends a ``WaitCMD`` blocked on
-        a frozen server or a half-open connection, and makes the next one fail at once (``generation``); ``_lose``
-        then runs on the training thread."""
-        if epoch == self._epoch and self.state in (SessionState.SUSPENDED, SessionState.RUNNING):
-            self.transport.reopen()
-
-    def _lose(self, reason: str) -> None:
-        """The server is gone: apply ``on_server_lost``."""
-        self.losses += 1
-        self._end_free_run()
-        self._progress.end()
-        self._heartbeat.stop(timeout=0)
-        if self.on_server_lost == "stop":
-            _LOG.warning("debugger: %s; stopping the training at step %d (on_server_lost='stop')", reason, self.step)
-            self.state = SessionState.EXITED
-            self.close()
-            return
-        if self.reconnect_window <= 0:
-            self._detach(reason)
-            return
-        _LOG.warning("debugger: %s; training continues without the debugger and reconnects if a server is back "
-                     "within %.0f s", reason, self.reconnect_window)
-        self.state = SessionState.DISCONNECTED
-        self._reconnect.start()
-
-    def _try_reconnect(self) -> Decision:
-        """At a step end while disconnected: if the channel is up again, start the session over and suspend."""
-        if not self._reconnect.next_attempt():
-            self._detach(f"no server at {self.transport.address} for {self.reconnect_window:.0f} s; stopped "
-                         "reconnecting")
-            return Decision.DETACHED
-        if not self.transport.ready_now():
-            return Decision.RUN
-        self.table.clear()
-        self._warned = {key for key in self._warned if not key.startswith("unevaluable-")}   # ids start over
-        self.tensors.start_over()
-        self._initial = True
-        try:
-            problem = self._handshake(None)
-        except TransportError as exc:
-            self.state = SessionState.DISCONNECTED
-            _LOG.debug("debugger: reconnect failed: %s", exc)
-            return Decision.RUN
-        if problem is not None:
-            self._detach(problem)
-            return Decision.DETACHED
-        self.reconnects += 1
-        _LOG.warning("debugger: reconnected to %s at step %d; the session starts over (graph sent again, "
-                     "watchpoints as the server sets them)", self.transport.address, self.step)
         return self.suspend()
 
     # -- the command handlers -----------------------------------------------------------------------------------
@@ -414,36 +238,7 @@ class DebuggerSession:
             return
         self._free = FreeRun(steps, watch)
 
-    def _end_free_run(self) -> None:
-        free, self._free = self._free, None
-        if free is not None:
-            free.end()
-
-    # -- helpers ------------------------------------------------------------------------------------------------
-    def _wait_request(self) -> pb.Metadata:
-        """The ``Metadata`` of a ``WaitCMD``: one message per session with this step set, since building one costs
-        about 20 us per step under the pure-Python protobuf MindSpore selects (``Transport._wait_reply``)."""
-        request = self._wait_metadata
-        request.cur_step = self.step
-        return request
-
-    def _metadata(self, cur_node: str = "", **fields) -> pb.Metadata:
-        return pb.Metadata(device_name=self.device_name, cur_step=self.step, backend=REPORTED_BACKEND,
-                           cur_node=cur_node, **fields)
-
-    def _detach(self, reason: str) -> bool:
-        if self.state is not SessionState.DETACHED:
-            _LOG.warning("debugger: %s; training continues without the debugger", reason)
-        self.state = SessionState.DETACHED
-        self.close()
-        return False
-
-    def _decision_for_state(self) -> Decision:
-        return {SessionState.EXITED: Decision.EXIT, SessionState.DETACHED: Decision.DETACHED}.get(
-            self.state, Decision.RUN)   # RUNNING, and DISCONNECTED under on_server_lost="continue"
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            _LOG.warning(message)
-
+    def _start_over(self) -> None:
+        self.table.clear()
+        self.tensors.start_over()
+        self._initial = True

@@ -28,6 +28,7 @@ from msdebug_hooks.dump.nodes import DebuggerTensor, IntOrList, Node, NodeFeatur
 from msdebug_hooks.dump.reader import DumpDir
 from msdebug_hooks.dump.watchpoints import HitDetail, Watchpoint, WatchpointHit, check_watchpoints
 from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import optional_whole_number
 
 __all__ = ["DumpAnalyzer", "Node", "NodeFeature", "DebuggerTensor", "Watchpoint", "WatchpointHit", "HitDetail",
            "GraphRun"]
@@ -59,11 +60,9 @@ class DumpAnalyzer:
 
     def __init__(self, dump_dir: Union[str, Path], mem_limit: Optional[int] = None, *,
                  workers: Optional[int] = None) -> None:
-        if mem_limit is not None and (isinstance(mem_limit, bool) or not isinstance(mem_limit, int)
-                                      or not _MEM_LIMIT_RANGE[0] <= mem_limit <= _MEM_LIMIT_RANGE[1]):
-            raise ConfigError("mem_limit", mem_limit, "None or an int number of MB from 2048 to 2147483647")
-        if workers is not None and (not isinstance(workers, int) or workers < 1):
-            raise ConfigError("workers", workers, "None or an int >= 1")
+        optional_whole_number("mem_limit", mem_limit, minimum=_MEM_LIMIT_RANGE[0], maximum=_MEM_LIMIT_RANGE[1],
+                              allowed="None or an int number of MB from 2048 to 2147483647")
+        optional_whole_number("workers", workers, minimum=1, allowed="None or an int >= 1")
         self._dump = DumpDir(dump_dir)
         self._dump_dir = str(self._dump.root)
         self._mem_limit = mem_limit

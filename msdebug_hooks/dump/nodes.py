@@ -15,6 +15,7 @@ import numpy as np
 from msdebug_hooks.dump import npy
 from msdebug_hooks.dump.index import GraphIndex, NodeInfo
 from msdebug_hooks.errors import ConfigError
+from msdebug_hooks.validation import whole_number
 
 NodeFeature = collections.namedtuple("NodeFeature", ["name", "rank", "stack", "graph_name", "root_graph_id"])
 IntOrList = Union[int, Sequence[int], None]
@@ -29,10 +30,10 @@ def as_int_list(value: IntOrList, field: str) -> Optional[list[int]]:
         items = list(items)
     except TypeError:
         raise ConfigError(field, value, "an int, a list of ints, or None") from None
-    for item in items:
-        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-            raise ConfigError(field, value, "an int >= 0, a list of them, or None")
-    return items
+    try:
+        return [whole_number(field, item, minimum=0) for item in items]
+    except ConfigError:      # named with the whole value the user gave
+        raise ConfigError(field, value, "an int >= 0, a list of them, or None") from None
 
 
 def as_slot_set(slots: IntOrList) -> Optional[set[int]]:

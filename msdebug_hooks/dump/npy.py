@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -29,6 +29,13 @@ class NpyHeader:
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * self.dtype.itemsize
+
+
+class NpyContents(NamedTuple):
+    """What ``read_array`` read: the header, and the data (read-only; None when it was larger than asked for)."""
+
+    header: NpyHeader
+    data: Optional[np.ndarray]
 
 
 _MAGIC = b"\x93NUMPY"
@@ -84,9 +91,9 @@ def _checked_header(handle, path: Path | str, size: int) -> NpyHeader:
 _HEADER_PEEK = 4096   # numpy and MindSpore write headers of 128 bytes; longer ones are read in a second call
 
 
-def read_array(path: Path | str, *, max_bytes: Optional[int] = None) -> tuple[NpyHeader, Optional[np.ndarray]]:
+def read_array(path: Path | str, *, max_bytes: Optional[int] = None) -> NpyContents:
     """Header and data of ``path`` with one ``read`` of the whole file into the array's own buffer (``np.load`` of
-    the same file costs several times more: it parses the header with ``literal_eval`` and reads in pieces).
+    the same file costs more: it parses the header with ``literal_eval`` and reads in pieces).
 
     The array is read-only; it is ``None`` when the data is larger than ``max_bytes`` (when given): then only the
     header is read, so the caller can refuse the tensor or map it instead. ``DumpError`` as :func:`read_header`.
@@ -98,7 +105,7 @@ def read_array(path: Path | str, *, max_bytes: Optional[int] = None) -> tuple[Np
     try:
         size = os.fstat(fd).st_size
         if max_bytes is not None and size > max_bytes + _HEADER_PEEK:       # too large to take: its header only
-            return _checked_header(_HeaderReader(fd, size), path, size), None
+            return NpyContents(_checked_header(_HeaderReader(fd, size), path, size), None)
         raw = np.empty(size, np.uint8)
         if size and os.readv(fd, [raw]) != size:
             raise DumpError(Path(path), f"{size} bytes", detail="the file shrank while being read")
@@ -107,13 +114,13 @@ def read_array(path: Path | str, *, max_bytes: Optional[int] = None) -> tuple[Np
     header = _checked_header(io.BytesIO(raw[:_header_length(raw)].tobytes()), path, size)
     nbytes, offset = header.nbytes, header.data_offset
     if max_bytes is not None and nbytes > max_bytes:
-        return header, None
+        return NpyContents(header, None)
     data = raw[offset:offset + nbytes].view(header.dtype)
     if offset % header.dtype.alignment:
         data = data.copy()
     data = data.reshape(header.shape, order="F" if header.fortran_order else "C")
     data.flags.writeable = False
-    return header, data
+    return NpyContents(header, data)
 
 
 def _header_length(raw: np.ndarray) -> int:
