@@ -1,8 +1,10 @@
-"""Regenerate msdebug_hooks/wire/ from the .proto files beside this script.
+"""Regenerate the protocol's Python code from the .proto files beside this script: the messages into
+msdebug_hooks/wire/, the gRPC stub and servicer (``debug_grpc_pb2_grpc.py``) into tests/, the only code that uses
+them (the client and our server call the nine RPCs by path, without the generated stub).
 
 Usage (from anywhere; see protos/README.md):
 
-    python protos/generate.py           # rewrite msdebug_hooks/wire/*_pb2*.py
+    python protos/generate.py           # rewrite msdebug_hooks/wire/*_pb2.py(i) and tests/debug_grpc_pb2_grpc.py
     python protos/generate.py --check   # exit 1 if the committed code differs from a fresh generation
 
 Why a script and not a bare ``grpc_tools.protoc`` call:
@@ -10,6 +12,8 @@ Why a script and not a bare ``grpc_tools.protoc`` call:
 * The generated modules must import each other inside the package (``from msdebug_hooks.wire import
   ms_graph_pb2``), and protoc derives that import from the path a .proto file is compiled under. So the files are
   copied into a temporary tree laid out as ``msdebug_hooks/wire/`` and the ``import`` line is rewritten to match.
+  The stub written into tests/ imports the messages from ``msdebug_hooks.wire`` the same way; only the path its
+  version error names is rewritten to where it lies.
 * Generated code refuses to load on a protobuf runtime older than the protoc that generated it. The project
   supports protobuf >= 7.34.1 (MindSpore 2.10's floor), but every grpcio-tools release that targets protobuf 7
   bundles protoc 35.x (gencode 7.35.1). So generation is pinned to grpcio-tools GRPC_TOOLS_VERSION, whose protoc
@@ -30,8 +34,9 @@ from pathlib import Path
 GRPC_TOOLS_VERSION = "1.80.0"   # bundled protoc 31.1 -> gencode protobuf 6.31.1
 PROTO_FILES = ("ms_graph.proto", "debug_grpc.proto")
 PACKAGE_DIR = Path("msdebug_hooks") / "wire"
-GENERATED = ("ms_graph_pb2.py", "ms_graph_pb2.pyi", "debug_grpc_pb2.py", "debug_grpc_pb2.pyi",
-             "debug_grpc_pb2_grpc.py")
+TESTS_DIR = Path("tests")
+GENERATED = ("ms_graph_pb2.py", "ms_graph_pb2.pyi", "debug_grpc_pb2.py", "debug_grpc_pb2.pyi")   # into PACKAGE_DIR
+STUB = "debug_grpc_pb2_grpc.py"                                                                 # into TESTS_DIR
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -69,8 +74,9 @@ def _layout_sources(workdir: Path) -> Path:
     return src_root
 
 
-def generate(out_dir: Path) -> None:
-    """Generate the Python modules for PROTO_FILES into ``out_dir`` (a directory standing for the package)."""
+def generate(out_dir: Path, stub_dir: Path) -> None:
+    """Generate the Python modules for PROTO_FILES into ``out_dir`` (a directory standing for the package) and the
+    gRPC stub into ``stub_dir`` (standing for tests/)."""
     with tempfile.TemporaryDirectory(prefix="msdebug-protoc-") as tmp:
         workdir = Path(tmp)
         python = _protoc_python(workdir)
@@ -84,6 +90,9 @@ def generate(out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         for name in GENERATED:
             shutil.copyfile(gen_root / PACKAGE_DIR / name, out_dir / name)
+        stub = (gen_root / PACKAGE_DIR / STUB).read_text()
+        stub_dir.mkdir(parents=True, exist_ok=True)
+        (stub_dir / STUB).write_text(stub.replace(f"{PACKAGE_DIR.as_posix()}/{STUB}", f"{TESTS_DIR.as_posix()}/{STUB}"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,20 +100,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="compare a fresh generation with the committed modules instead of writing them")
     args = parser.parse_args(argv)
-    package = ROOT / PACKAGE_DIR
+    package, tests = ROOT / PACKAGE_DIR, ROOT / TESTS_DIR
     if not args.check:
-        generate(package)
-        print(f"generated {', '.join(GENERATED)} in {package} with grpcio-tools {GRPC_TOOLS_VERSION}")
+        generate(package, tests)
+        print(f"generated {', '.join(GENERATED)} in {package} and {STUB} in {tests} with grpcio-tools "
+              f"{GRPC_TOOLS_VERSION}")
         return 0
     with tempfile.TemporaryDirectory(prefix="msdebug-protoc-check-") as tmp:
         fresh = Path(tmp)
-        generate(fresh)
-        stale = [name for name in GENERATED
-                 if not (package / name).exists() or not filecmp.cmp(fresh / name, package / name, shallow=False)]
+        generate(fresh / PACKAGE_DIR, fresh / TESTS_DIR)
+        stale = [path.as_posix() for path in [PACKAGE_DIR / name for name in GENERATED] + [TESTS_DIR / STUB]
+                 if not (ROOT / path).exists() or not filecmp.cmp(fresh / path, ROOT / path, shallow=False)]
     if stale:
-        print(f"out of date in {package}: {', '.join(stale)}; run: python protos/generate.py")
+        print(f"out of date: {', '.join(stale)}; run: python protos/generate.py")
         return 1
-    print(f"{package} matches {', '.join(PROTO_FILES)}")
+    print(f"{package} and {tests / STUB} match {', '.join(PROTO_FILES)}")
     return 0
 
 

@@ -15,8 +15,8 @@ from typing import Callable
 
 import grpc
 
+import debug_grpc_pb2_grpc as pb_grpc   # generated into tests/ by protos/generate.py
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
-from msdebug_hooks.wire import debug_grpc_pb2_grpc as pb_grpc
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 
 OK = pb.EventReply(status=pb.EventReply.OK)
@@ -100,8 +100,9 @@ class DebugTestServer:
     """Start with ``with DebugTestServer() as server:``; ``server.address`` is ``127.0.0.1:<free port>``.
 
     ``server.command(reply)`` queues a WaitCMD answer; ``server.auto_reply = reply`` answers every wait with no
-    queued command at once (a MindInsight running "continue" without pause); ``server.hooks[name] = fn(request_or_items)`` overrides a
-    reply (return None to keep the default, raise to fail the call, sleep to test deadlines).
+    queued command at once (a MindInsight running "continue" without pause); ``server.hooks[name] =
+    fn(request_or_items)`` overrides a reply (return None to keep the default, raise to fail the call, sleep to test
+    deadlines).
     """
 
     def __init__(self, port: int = 0) -> None:

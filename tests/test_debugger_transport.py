@@ -8,8 +8,9 @@ import pytest
 
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
-from msdebug_hooks.debugger.transport import (
-    CHUNK_BYTES, RequestTimeout, ServerError, ServerUnavailable, Transport, TransportClosed, graph_chunks)
+from msdebug_hooks.debugger.chunking import CHUNK_BYTES, graph_chunks
+from msdebug_hooks.debugger.transport import Transport
+from msdebug_hooks.debugger.transport_errors import RequestTimeout, ServerError, ServerUnavailable, TransportClosed
 
 from debug_test_server import DebugTestServer, reassemble_tensors
 from mindinsight_server import free_port
@@ -144,7 +145,7 @@ def _raises(fn, *args):
 
 def test_serialized_pieces_parse_to_exactly_the_chunked_messages():
     """The copy-free view path writes tensor_content by hand; the server must read what tensor_chunks sends."""
-    from msdebug_hooks.debugger.transport import serialized_tensor_pieces
+    from msdebug_hooks.debugger.chunking import serialized_tensor_pieces
 
     array = np.arange(300_000, dtype=np.float64)          # 2.4 MB: 3 pieces at 1 MiB
     header = graph_pb.TensorProto(node_name="Default/net/fc.weight", slot="0", iter="prev", truncate=True,

@@ -3,6 +3,7 @@ under the lowest and newest protobuf the project supports (protos/README.md)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -21,8 +22,8 @@ import importlib, json, sys
 from google.protobuf import descriptor_pb2
 
 def fields(desc):
-    return {f.name: [f.number, f.type, f.is_repeated if hasattr(f, "is_repeated") else f.label == 3, (f.message_type or f.enum_type).full_name
-                     if (f.message_type or f.enum_type) else "",
+    return {f.name: [f.number, f.type, f.is_repeated if hasattr(f, "is_repeated") else f.label == 3,
+                     (f.message_type or f.enum_type).full_name if (f.message_type or f.enum_type) else "",
                      f.containing_oneof.name if f.containing_oneof else ""]
             for f in desc.fields}
 
@@ -48,11 +49,13 @@ for name in sys.argv[1:]:
 print(json.dumps(out, sort_keys=True))
 '''
 
-# Imports the generated modules, round-trips messages, prints the protobuf version (run in a fresh interpreter).
+# Imports the generated modules (the gRPC stub from tests/, where protos/generate.py writes it), round-trips
+# messages, prints the protobuf version (run in a fresh interpreter).
 ROUND_TRIP = r'''
 import sys
 import google.protobuf
-from msdebug_hooks.wire import debug_grpc_pb2 as pb, ms_graph_pb2 as graph, debug_grpc_pb2_grpc as rpc
+from msdebug_hooks.wire import debug_grpc_pb2 as pb, ms_graph_pb2 as graph
+import debug_grpc_pb2_grpc as rpc
 assert "ms_graph_pb2" not in sys.modules and "debug_grpc_pb2" not in sys.modules, "absolute gencode import leaked"
 hit = pb.WatchpointHit(id=3, error_code=4,
     tensor=graph.TensorProto(node_name="Default/net/fc.weight", slot="0", finished=True),
@@ -68,10 +71,11 @@ print(google.protobuf.__version__)
 
 
 def _run(python: str | Path, code: str, *args: str) -> str:
-    """Run ``code`` with ``python`` in a clean environment that sees only the project source (and $HOME, which
-    MindInsight reads at import)."""
+    """Run ``code`` with ``python`` in a clean environment that sees only the project source and tests/ (and $HOME,
+    which MindInsight reads at import)."""
     with tempfile.TemporaryDirectory(prefix="msdebug-home-") as home:
-        env = guarded({"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": home})
+        env = guarded({"PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "tests"))), "PATH": "/usr/bin:/bin",
+                       "HOME": home})
         proc = subprocess.run([str(python), "-c", code, *args], capture_output=True, text=True, timeout=120,
                               env=env)
     assert proc.returncode == 0, proc.stderr
@@ -98,11 +102,13 @@ def test_service_has_the_nine_rpcs_with_mindinsight_paths():
 @pytest.mark.mindinsight
 @pytest.mark.timeout(600)
 def test_descriptors_match_mindinsight_2_3_1(mindinsight_venv):
-    """Every message, field (number, type, repeated, message/enum type, oneof), enum value and RPC equals MindInsight's."""
+    """Every message, field (number, type, repeated, message/enum type, oneof), enum value and RPC equals
+    MindInsight's."""
     ours = json.loads(_run(sys.executable, DUMP_DESCRIPTORS, "msdebug_hooks.wire.ms_graph_pb2",
                            "msdebug_hooks.wire.debug_grpc_pb2"))
     theirs = json.loads(_run(venv_python(mindinsight_venv), DUMP_DESCRIPTORS,
-                             "mindinsight.domain.graph.proto.ms_graph_pb2", "mindinsight.debugger.proto.debug_grpc_pb2"))
+                             "mindinsight.domain.graph.proto.ms_graph_pb2",
+                             "mindinsight.debugger.proto.debug_grpc_pb2"))
     assert sorted(ours["packages"]) == sorted(theirs["packages"]) == ["debugger", "mindinsight.domain.graph"]
     assert ours["services"] == theirs["services"]
     assert ours["enums"] == theirs["enums"]

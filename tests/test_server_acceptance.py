@@ -28,7 +28,7 @@ def test_api_waits_runs_exact_steps_hits_views_and_terminates_cleanly(tmp_path):
         job = server.wait_for_training(timeout=120, process=run.proc)
         assert (job.state, job.step, run.steps()) == (JobState.WAITING, 0, 0)         # held at step 0
         assert {n.short_name for n in job.nodes(category="weight")} == WEIGHTS
-        assert job.ms_version == installed_version_string()     # the training's own MindSpore (2.7.2 in the compat lane)
+        assert job.ms_version == installed_version_string()     # the training's own MindSpore (2.7.2 in compat lane)
 
         assert job.run(3) == [] and job.step == 3 and job.state is JobState.WAITING    # exactly three steps
         assert run.logged_through(3)

@@ -110,7 +110,8 @@ def _stub(channel):
                                        response_deserializer=pb.EventReply.FromString)
              for name, kind in (("WaitCMD", pb.Metadata), ("SendMetadata", pb.Metadata),
                                 ("SendHeartbeat", pb.Heartbeat))}
-    multi = channel.stream_unary("/debugger.EventListener/SendMultiGraphs", request_serializer=pb.Chunk.SerializeToString,
+    multi = channel.stream_unary("/debugger.EventListener/SendMultiGraphs",
+                                 request_serializer=pb.Chunk.SerializeToString,
                                  response_deserializer=pb.EventReply.FromString)
     return unary, multi
 

@@ -24,7 +24,8 @@ from msdebug_hooks.debugger.session import Decision, DebuggerSession
 from msdebug_hooks.debugger.sources import ValuesByName
 from msdebug_hooks.debugger.transport import Transport
 from msdebug_hooks.server import DebuggerServer, JobStateError, TensorUnavailable
-from msdebug_hooks.server.shell import DebuggerShell, EXIT_BAD, EXIT_HITS, EXIT_OK, exit_code
+from msdebug_hooks.server.shell import DebuggerShell
+from msdebug_hooks.server.shell_exit import EXIT_BAD, EXIT_HITS, EXIT_OK, exit_code
 from msdebug_hooks.server.shell_text import short_name
 
 from conftest import ROOT, fresh_env, guarded

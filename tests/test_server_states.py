@@ -23,7 +23,7 @@ import pytest
 from conftest import ROOT
 from protocol_trainer import LOSS, ProtocolTraining
 from server_training import eventually, training
-from msdebug_hooks.debugger.client_facts import ERROR_MARK
+from msdebug_hooks.wire.client_facts import ERROR_MARK
 from msdebug_hooks.server import DebuggerServer, JobCrashed, JobLost, JobState
 
 COUNTING = ROOT / "tests" / "scripts" / "counting_train.py"
@@ -182,7 +182,7 @@ def test_without_a_process_to_watch_a_silent_training_is_lost_after_three_missed
 def test_what_our_client_tells_beyond_the_protocol_reads_back():
     import os
 
-    from msdebug_hooks.debugger.client_facts import error_note, heartbeat_message, parse_error, parse_heartbeat
+    from msdebug_hooks.wire.client_facts import error_note, heartbeat_message, parse_error, parse_heartbeat
     from msdebug_hooks.server.liveness import start_time
 
     facts = parse_heartbeat(heartbeat_message(rank=1, world=4))

@@ -13,8 +13,9 @@ import grpc
 
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
-from msdebug_hooks.debugger.transport import (CHUNK_BYTES, RequestTimeout, Transport, TransportClosed, _map_error,
-                                              _parse_reply, _payload_budget, graph_chunks)
+from msdebug_hooks.debugger.chunking import CHUNK_BYTES, graph_chunks, payload_budget
+from msdebug_hooks.debugger.transport import Transport, _parse_reply
+from msdebug_hooks.debugger.transport_errors import RequestTimeout, TransportClosed
 
 __all__ = ["WaitHandle", "start_wait_cmd", "send_tensors", "send_multi_graphs", "tensor_chunks"]
 
@@ -26,7 +27,7 @@ def tensor_chunks(tensor: graph_pb.TensorProto, *, chunk_bytes: int = CHUNK_BYTE
     header.CopyFrom(tensor)
     header.ClearField("tensor_content")
     header.finished = True
-    payload = _payload_budget(header, chunk_bytes)
+    payload = payload_budget(header, chunk_bytes)
     content = memoryview(tensor.tensor_content)
     total = len(content)
     start = 0
@@ -83,7 +84,7 @@ class WaitHandle:
         except grpc.FutureCancelledError:
             raise TransportClosed("WaitCMD", "wait cancelled", grpc.StatusCode.CANCELLED) from None
         except grpc.RpcError as exc:
-            raise _map_error("WaitCMD", exc, self._transport.closed, self._transport, self._generation) from None
+            raise self._transport.rpc_error("WaitCMD", exc, self._generation) from None
 
     def cancel(self) -> bool:
         return self._future.cancel()

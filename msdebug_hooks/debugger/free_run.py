@@ -1,10 +1,9 @@
-"""A free run: training runs many steps without a ``WaitCMD`` per step, when the server is our own.
+"""A free run as the client lives it: training runs many steps without a ``WaitCMD`` per step, when the server is
+our own.
 
 MindInsight counts a multi-step continue itself and answers one ``WaitCMD`` per step end, so every step costs a
-round trip. A client that can do better says so in the text of its heartbeats (``client_facts.py``, which
-MindInsight ignores: it reads only the period); our server (``msdebug_hooks.server``) then answers a wait that
-starts a run of several steps with ``RunCMD{run_level: "free", run_steps: N}`` (0: until a pause or a hit), a run
-level MindInsight never sends, and other clients keep getting one step per wait. The client then:
+round trip. Our client says in its heartbeats that it can do better, and our server then starts free runs (the
+protocol's side: ``msdebug_hooks/wire/protocol.py``); other clients keep getting one step per wait. The client then:
 
 * leaves the suspension and at once makes one ``WaitCMD`` it does not wait for (a gRPC future), marked as the free
   run's *watch* by ``Metadata.cur_node == WATCH_NODE``;
@@ -23,11 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-__all__ = ["FREE_RUN_LEVEL", "WATCH_NODE", "CAPABLE", "FreeRun"]
-
-FREE_RUN_LEVEL = "free"                     # RunCMD.run_level of a free run (MindInsight: step / node / recheck)
-WATCH_NODE = "msdebug-hooks:free-run-watch"  # Metadata.cur_node of the watch call (MindInsight's clients send "")
-CAPABLE = "free-run"                        # in a heartbeat's message: this client can do free runs
+__all__ = ["FreeRun"]
 
 
 class FreeRun:

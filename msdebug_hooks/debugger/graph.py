@@ -39,7 +39,7 @@ import inspect
 import numpy as np
 
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
-from msdebug_hooks.debugger.dtypes import data_type
+from msdebug_hooks.wire.dtypes import data_type
 from msdebug_hooks.debugger.source_lines import call_site_trace, definition_trace
 
 __all__ = ["GraphParameter", "DebugGraph", "build_graph", "scope_of", "DATA_INPUT", "LABEL_INPUT"]

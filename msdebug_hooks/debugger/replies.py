@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
-from msdebug_hooks.debugger.transport import MessageTooLarge, ServerError, Transport, TransportClosed, TransportError
+from msdebug_hooks.debugger.transport import Transport
+from msdebug_hooks.debugger.transport_errors import MessageTooLarge, ServerError, TransportClosed, TransportError
 from msdebug_hooks.debugger.validate import RateLimitedLog, check_reply
 
 __all__ = ["MAX_REFUSED_IN_A_ROW", "WaitOutcome", "ReplyIntake"]

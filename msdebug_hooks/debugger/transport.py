@@ -1,15 +1,15 @@
-"""gRPC transport to MindInsight's ``debugger.EventListener``: channel, deadlines, chunking, error mapping.
+"""gRPC transport to MindInsight's ``debugger.EventListener``: the channel, deadlines and typed calls of the nine RPCs.
 
 This module only moves messages. What a command means, when to wait and what to answer is decided by the session
 (``msdebug_hooks.debugger.session``). Three rules from the server shape it (docs/debugger-protocol.md 1.1, 1.4):
 
 * The server keeps gRPC's default 4 MiB receive limit, so every streamed message is cut to at most
-  ``CHUNK_BYTES`` (3 MiB) serialised: graphs as ``Chunk`` pieces, tensors as ``TensorProto`` pieces that repeat the
-  tensor's names and carry ``finished=True`` on the last one.
+  ``CHUNK_BYTES`` (3 MiB) serialised (``chunking.py``).
 * ``WaitCMD`` blocks until a person acts in the UI and the server never notices a cancelled call, so it has no
   deadline (it can still be cancelled by ``close()``). Every other call has one, so a stuck server costs a bounded
   wait and an exception, never a hang.
-* Failures surface as a few exceptions of our own (``TransportError`` and subclasses), never as ``grpc.RpcError``.
+* Failures surface as a few exceptions of our own (``TransportError`` and subclasses, ``transport_errors.py``),
+  never as ``grpc.RpcError``.
 
 Fault tolerance lives in the channel options and in ``reopen()`` (the session decides when to use it):
 
@@ -39,16 +39,14 @@ from typing import Callable, Iterable, Iterator, TypeVar
 
 import grpc
 
+from msdebug_hooks.debugger.chunking import CHUNK_BYTES, MIN_CHUNK_BYTES, graph_chunks, serialized_tensor_pieces
+from msdebug_hooks.debugger.transport_errors import (ServerError, ServerUnavailable, TransportClosed, TransportError,
+                                                     map_rpc_error)
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 
-__all__ = [
-    "CHUNK_BYTES", "Transport", "TransportError", "ServerUnavailable", "RequestTimeout", "MessageTooLarge",
-    "ServerError", "TransportClosed", "TlsError", "MAX_REPLY_BYTES", "graph_chunks", "serialized_tensor_pieces",
-]
+__all__ = ["Transport", "MAX_REPLY_BYTES"]
 
-CHUNK_BYTES = 3 * 1024 * 1024        # largest serialised message we stream (MindSpore's g_chunk_size)
-MIN_CHUNK_BYTES = 64 * 1024          # room for the largest header (long names) beside some payload
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # our own send limit; the server's receive limit is the binding one
 MAX_REPLY_BYTES = 4 * 1024 * 1024     # largest EventReply we accept (a real one is a few KiB; a ViewCMD of 10k names
                                       # is ~1 MiB)
@@ -56,143 +54,6 @@ KEEPALIVE_TIMEOUT_S = 20.0
 _REMEMBERED_REPLY_BYTES = 64         # a RunCMD reply is ~10 bytes; larger replies (views, watchpoints) are parsed anew
 _T = TypeVar("_T")
 _READY = grpc.ChannelConnectivity.READY.value[0]
-
-
-class TransportError(RuntimeError):
-    """A debugger RPC failed. ``method`` is the RPC name, ``code`` the gRPC status code (or None)."""
-
-    def __init__(self, method: str, message: str, code: grpc.StatusCode | None = None) -> None:
-        super().__init__(f"{method}: {message}")
-        self.method = method
-        self.code = code
-
-
-class ServerUnavailable(TransportError):
-    """Nothing answers at the address, or the connection broke (server stopped or restarted)."""
-
-
-class RequestTimeout(TransportError):
-    """The call did not finish within its deadline."""
-
-
-class MessageTooLarge(TransportError):
-    """A message exceeded a size limit (ours or, usually, the server's 4 MiB receive limit)."""
-
-
-class ServerError(TransportError):
-    """The server received the call and failed it (for MindInsight usually an exception in its handler)."""
-
-
-class TransportClosed(TransportError):
-    """The transport was closed, or the call was cancelled through it."""
-
-
-class TlsError(ServerUnavailable):
-    """The TLS handshake failed (untrusted certificate, wrong host name, missing client certificate)."""
-
-
-_TLS_HINT = ("TLS handshake with {address} failed: the server certificate is not signed by the CA in "
-             "MS_DEBUGGER_TLS_CA (DebuggerCallback tls_ca), or its host name does not match {name} (set "
-             "MS_DEBUGGER_TLS_SERVER_NAME / tls_server_name to the name in the certificate), or the server wants a "
-             "client certificate (MS_DEBUGGER_TLS_CERT and MS_DEBUGGER_TLS_KEY)")
-# words of gRPC's handshake failures; "socket closed": a server that wants a client certificate hangs up
-_TLS_WORDS = ("ssl", "tls", "handshake", "certificate", "x509", "verification", "socket closed")
-
-
-def _map_error(method: str, exc: grpc.RpcError, closed: bool, transport: "Transport | None" = None,
-               generation: int = 0) -> TransportError:
-    code = exc.code() if hasattr(exc, "code") else None
-    details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
-    if code == grpc.StatusCode.CANCELLED and closed:
-        return TransportClosed(method, "transport closed", code)
-    if code == grpc.StatusCode.CANCELLED and transport is not None and generation != transport.generation:
-        return ServerUnavailable(method, "connection dropped by reopen() (the server stopped answering)", code)
-    if code == grpc.StatusCode.CANCELLED:   # not by us: the server cancelled the call (it is shutting down)
-        return ServerUnavailable(method, f"CANCELLED by the server: {details}", code)
-    if (code == grpc.StatusCode.UNAVAILABLE and transport is not None and transport.tls is not None
-            and any(word in details.lower() for word in _TLS_WORDS)):
-        name = transport.tls.server_name or transport.address.rsplit(":", 1)[0]
-        return TlsError(method, _TLS_HINT.format(address=transport.address, name=name) + f" ({details})", code)
-    kind = {
-        grpc.StatusCode.UNAVAILABLE: ServerUnavailable,
-        grpc.StatusCode.DEADLINE_EXCEEDED: RequestTimeout,
-        grpc.StatusCode.RESOURCE_EXHAUSTED: MessageTooLarge,
-    }.get(code, ServerError)
-    return kind(method, f"{code.name if code else 'error'}: {details}", code)
-
-
-def graph_chunks(serialized: bytes, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.Chunk]:
-    """Cut one serialised GraphProto into ``Chunk`` messages of at most ``chunk_bytes`` serialised each; the last
-    has ``finished=True`` (``SendMultiGraphs`` needs it to end a graph; ``SendGraph`` ignores it). An empty graph
-    still yields one chunk."""
-    payload = _payload_budget(pb.Chunk(finished=True), chunk_bytes)
-    view = memoryview(serialized)
-    total = len(view)
-    start = 0
-    while True:
-        end = min(start + payload, total)
-        last = end >= total
-        yield pb.Chunk(buffer=bytes(view[start:end]), finished=last)
-        if last:
-            return
-        start = end
-
-
-_CONTENT_TAG = b"\x1a"   # TensorProto.tensor_content: field 3, length-delimited
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def serialized_tensor_pieces(header: graph_pb.TensorProto, content, *,
-                             chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """A tensor's ``TensorProto`` pieces for ``SendTensors``, already serialised, cut straight from ``content``
-    (bytes or a 1-D byte ``memoryview``, e.g. of a NumPy array): each payload byte is copied once, into its piece.
-
-    ``header`` holds every field except ``tensor_content`` and ``finished``. A piece is the header's bytes, then
-    the ``tensor_content`` field written by hand (tag, length, payload); protobuf parsers accept fields in any order,
-    so the server reads the same tensor as if each piece were a whole message with ``tensor_content`` set.
-    Every piece repeats the header (names, iter, truncate, dtype, dims); only the last has ``finished=True``.
-    """
-    middle = graph_pb.TensorProto()
-    middle.CopyFrom(header)
-    middle.ClearField("tensor_content")
-    middle.finished = False
-    last = graph_pb.TensorProto()
-    last.CopyFrom(middle)
-    last.finished = True
-    head_middle, head_last = middle.SerializeToString(), last.SerializeToString()
-    payload = chunk_bytes - len(head_last) - len(_CONTENT_TAG) - 10     # 10: the longest varint length
-    if payload <= 0:
-        raise ValueError(f"chunk_bytes={chunk_bytes} leaves no room for payload beside a {len(head_last)}-byte "
-                         f"header; allowed: more than {len(head_last) + 11}")
-    view = memoryview(content)
-    total = len(view)
-    if total == 0:
-        yield head_last
-        return
-    for start in range(0, total, payload):
-        piece = view[start:start + payload]
-        head = head_last if start + payload >= total else head_middle
-        yield b"".join((head, _CONTENT_TAG, _varint(len(piece)), piece))
-
-
-def _payload_budget(header, chunk_bytes: int) -> int:
-    """Bytes of payload that fit beside ``header`` in one message of ``chunk_bytes`` (tag + length prefix <= 16)."""
-    budget = chunk_bytes - header.ByteSize() - 16
-    if budget <= 0:
-        raise ValueError(f"chunk_bytes={chunk_bytes} leaves no room for payload beside a {header.ByteSize()}-byte "
-                         f"header; allowed: more than {header.ByteSize() + 16}")
-    return budget
 
 
 def _parse_reply(method: str, data: bytes) -> pb.EventReply:
@@ -339,8 +200,8 @@ class Transport:
     def wait_cmd(self, metadata: pb.Metadata, *, generation: int | None = None) -> pb.EventReply:
         """Block (no deadline) until the server answers with a command, or the transport is closed.
 
-        A plain blocking call: about a third of the latency and half the CPU of a future plus a done callback
-        (measured on loopback), which matters because the client makes one after every training step. ``close()``
+        A plain blocking call: less latency and CPU than a future plus a done callback (measured on
+        loopback), which matters because the client makes one after every training step. ``close()``
         from another thread ends it (TransportClosed), ``reopen()`` too (ServerUnavailable), and Ctrl-C
         interrupts it. With ``generation``, a channel reopened since then fails the call at once instead of
         starting a wait on a server already known to be gone.
@@ -353,13 +214,13 @@ class Transport:
         try:
             data = call(metadata)
         except grpc.RpcError as exc:
-            raise _map_error("WaitCMD", exc, self.closed, self, current) from None
+            raise self.rpc_error("WaitCMD", exc, current) from None
         return self._wait_reply(data)
 
     def _wait_reply(self, data: bytes) -> pb.EventReply:
         """A ``WaitCMD`` reply, parsed; the same bytes as the last small reply give the same message (treat it as
-        read-only). During a continue the server answers "run one step" at every step, and parsing it costs about
-        20 us under the pure-Python protobuf that MindSpore 2.10 selects for the whole process when it is imported
+        read-only). During a continue the server answers "run one step" at every step, and parsing it is not free
+        under the pure-Python protobuf that MindSpore 2.10 selects for the whole process when it is imported
         first (it sets ``PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python``)."""
         last = self._last_wait_reply
         if last is not None and last[0] == data:
@@ -402,6 +263,12 @@ class Transport:
         as "stop the multi-step continue"."""
         return self._stream("SendWatchpointHits", self._stub.SendWatchpointHits, iter(hits))
 
+    # -- failures -----------------------------------------------------------------------------------------------
+    def rpc_error(self, method: str, exc: grpc.RpcError, generation: int) -> TransportError:
+        """What a call of ``method`` started on channel ``generation`` raises when gRPC failed it with ``exc``."""
+        return map_rpc_error(method, exc, closed=self.closed, reopened=generation != self.generation,
+                             address=self.address, tls=self.tls)
+
     # -- internals ----------------------------------------------------------------------------------------------
     def _check_open(self, method: str) -> None:
         if self.closed:
@@ -413,7 +280,7 @@ class Transport:
         try:
             return _parse_reply(method, call(request, timeout=self.timeout if timeout is None else timeout))
         except grpc.RpcError as exc:
-            raise _map_error(method, exc, self.closed, self, generation) from None
+            raise self.rpc_error(method, exc, generation) from None
 
     def _stream(self, method: str, call: Callable[..., _T], requests: Iterator) -> _T:
         self._check_open(method)
@@ -421,4 +288,4 @@ class Transport:
         try:
             return _parse_reply(method, call(requests, timeout=self.stream_timeout))
         except grpc.RpcError as exc:
-            raise _map_error(method, exc, self.closed, self, generation) from None
+            raise self.rpc_error(method, exc, generation) from None

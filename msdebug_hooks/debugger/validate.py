@@ -18,14 +18,11 @@ import time
 from typing import Optional
 
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
-from msdebug_hooks.debugger.free_run import FREE_RUN_LEVEL
+from msdebug_hooks.wire.protocol import PREVIOUS_STEP, RUN_LEVELS, STATUSES, VIEW_LEVELS
 
 __all__ = ["check_reply", "RateLimitedLog", "MAX_VIEW_TENSORS", "MAX_WATCH_NODES", "MAX_NAME_CHARS",
            "MAX_CONDITION_PARAMS", "MAX_VIEW_BYTES"]
 
-RUN_LEVELS = ("step", "node", "recheck", FREE_RUN_LEVEL)   # "free": our own server only (free_run.py)
-VIEW_LEVELS = (pb.ViewCMD.value, pb.ViewCMD.statistics, pb.ViewCMD.base)
-STATUSES = (pb.EventReply.OK, pb.EventReply.FAILED)
 MAX_VIEW_TENSORS = 10_000        # MindInsight asks for one tensor, or a node's inputs and outputs (tens)
 MAX_WATCH_NODES = 200_000        # leaf nodes of a big network
 MAX_NAME_CHARS = 4096
@@ -75,7 +72,7 @@ def _check_set(cmd: pb.SetCMD) -> Optional[str]:
 
 
 def _check_view(cmd: pb.ViewCMD) -> Optional[str]:
-    if cmd.level not in VIEW_LEVELS:
+    if cmd.level not in VIEW_LEVELS.values():
         return f"view_cmd.level={cmd.level} (allowed: 0 value, 1 statistics, 2 base)"
     if len(cmd.tensors) > MAX_VIEW_TENSORS:
         return f"view_cmd with {len(cmd.tensors)} tensors (allowed <= {MAX_VIEW_TENSORS})"
@@ -87,8 +84,8 @@ def _check_view(cmd: pb.ViewCMD) -> Optional[str]:
             return problem
         if not isinstance(tensor.slot, str) or (tensor.slot and not (tensor.slot.isdigit() and len(tensor.slot) <= 6)):
             return f"view_cmd.tensors[].slot={tensor.slot[:40]!r} (allowed: a small decimal number)"
-        if not isinstance(tensor.iter, str) or tensor.iter not in ("", "prev"):
-            return f"view_cmd.tensors[].iter={tensor.iter[:40]!r} (allowed: '' or 'prev')"
+        if not isinstance(tensor.iter, str) or tensor.iter not in ("", PREVIOUS_STEP):
+            return f"view_cmd.tensors[].iter={tensor.iter[:40]!r} (allowed: '' or {PREVIOUS_STEP!r})"
     return None
 
 

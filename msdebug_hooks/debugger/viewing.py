@@ -14,7 +14,8 @@ from msdebug_hooks._log import get_logger
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.debugger.sources import TensorSource
-from msdebug_hooks.debugger.transport import Transport, TransportError
+from msdebug_hooks.debugger.transport import Transport
+from msdebug_hooks.debugger.transport_errors import TransportError
 from msdebug_hooks.debugger.validate import RateLimitedLog
 from msdebug_hooks.debugger.views import base_answer, lookup_key, stats_answer, tensor_value_answer
 from msdebug_hooks.debugger.watchpoints import WatchpointTable

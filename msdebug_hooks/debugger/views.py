@@ -9,7 +9,7 @@ import numpy as np
 
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
-from msdebug_hooks.debugger.dtypes import data_type, wire_array
+from msdebug_hooks.wire.dtypes import data_type, wire_array
 
 __all__ = ["lookup_key", "tensor_value_answer", "base_answer", "stats_answer"]
 

@@ -2,12 +2,14 @@
 from Python (``DebuggerServer``) or from a terminal prompt (``msdebug debug`` / ``msdebug serve``).
 
 Any client of the protocol connects unchanged (our ``ENABLE_MS_DEBUGGER=1`` client, MindSpore's old C++ one).
-Modules, one job each: ``server`` (listening ports, the jobs, the watchdog), ``servicer`` (the gRPC methods, thin),
-``training_link`` (what one training's calls do to its job's state), ``states`` (the states and what each means),
-``liveness`` (watching a training's process), ``job`` (the API to drive one training),
-``group`` (the ranks of one job, in lockstep), ``commands`` (the ``EventReply`` commands), ``graph`` (the graph a
-training sent, as nodes), ``hits`` (watchpoints and hits), ``tensors`` (protocol tensors -> numpy), ``errors``,
-``shell`` (the prompt) and ``shell_text`` (its command splitting and tables).
+Modules, one job each: ``server`` (listening ports, the watchdog), ``connections`` (the job of each client
+connection, the reports), ``servicer`` (the gRPC methods, thin), ``training_link`` (what one training's calls do to
+its job's state), ``states`` (the states and what each means), ``liveness`` (watching a training's process), ``job``
+(the API to drive one training; ``job_hints``: why a value is missing), ``ports`` (is a port free), ``group`` (the
+ranks of one job, in lockstep), ``script_trainings`` (a script that trains again), ``commands`` (the ``EventReply``
+commands), ``graph`` (the graph a training sent, as nodes), ``hits`` (watchpoints and hits), ``tensors`` (protocol
+tensors -> numpy), ``errors``, and the prompt: ``shell`` (its loop) with one ``shell_*`` module per concern. What
+travels on the wire is ``msdebug_hooks.wire``, shared with the client.
 
 Names resolve lazily, so ``import msdebug_hooks.server`` does not import grpc until a server is made.
 """

@@ -2,7 +2,7 @@
 
 * run one step: ``RunCMD{run_level:"step", run_steps:1}``; the server counts multi-step runs itself, one per
   ``WaitCMD``, because clients ignore ``run_steps`` and stop at their next step end anyway;
-* free run (our clients only, ``debugger/free_run.py``): ``RunCMD{run_level:"free", run_steps:N}``, N steps or, with
+* free run (our clients only, ``wire/protocol.py``): ``RunCMD{run_level:"free", run_steps:N}``, N steps or, with
   0, until the server calls the training back by answering its watch call;
 * recheck: ``RunCMD{run_level:"recheck"}`` (the client re-evaluates every watchpoint and stays suspended);
 * set / delete a watchpoint: ``SetCMD`` with every parameter of the condition, enabled or ``disabled``, in the
@@ -18,13 +18,11 @@ from typing import Sequence
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.conditions import Condition
-from msdebug_hooks.debugger.free_run import FREE_RUN_LEVEL
+from msdebug_hooks.wire.protocol import FREE_RUN_LEVEL, PREVIOUS_STEP, RECHECK_LEVEL, STEP_LEVEL, VIEW_LEVELS
 from msdebug_hooks.server.graph import Node
 
 __all__ = ["run_step", "free_run", "recheck", "terminate", "set_watchpoint", "delete_watchpoint", "view", "ok",
-           "failed", "version_reply", "LEVELS"]
-
-LEVELS = {"value": pb.ViewCMD.value, "statistics": pb.ViewCMD.statistics, "base": pb.ViewCMD.base}
+           "failed", "version_reply"]
 
 
 def ok() -> pb.EventReply:
@@ -40,7 +38,7 @@ def version_reply(matched: bool) -> pb.EventReply:
 
 
 def run_step() -> pb.EventReply:
-    return pb.EventReply(status=pb.EventReply.OK, run_cmd=pb.RunCMD(run_level="step", run_steps=1))
+    return pb.EventReply(status=pb.EventReply.OK, run_cmd=pb.RunCMD(run_level=STEP_LEVEL, run_steps=1))
 
 
 def free_run(steps: int) -> pb.EventReply:
@@ -49,7 +47,7 @@ def free_run(steps: int) -> pb.EventReply:
 
 
 def recheck() -> pb.EventReply:
-    return pb.EventReply(status=pb.EventReply.OK, run_cmd=pb.RunCMD(run_level="recheck"))
+    return pb.EventReply(status=pb.EventReply.OK, run_cmd=pb.RunCMD(run_level=RECHECK_LEVEL))
 
 
 def terminate() -> pb.EventReply:
@@ -75,6 +73,6 @@ def delete_watchpoint(watchpoint_id: int) -> pb.EventReply:
 
 def view(requests: Sequence[tuple[Node, int, bool]], level: str = "value") -> pb.EventReply:
     """``requests``: (node, output slot, previous step) triples."""
-    tensors = [graph_pb.TensorProto(node_name=node.name, slot=str(slot), iter="prev" if previous else "",
+    tensors = [graph_pb.TensorProto(node_name=node.name, slot=str(slot), iter=PREVIOUS_STEP if previous else "",
                                     truncate=node.is_parameter) for node, slot, previous in requests]
-    return pb.EventReply(status=pb.EventReply.OK, view_cmd=pb.ViewCMD(tensors=tensors, level=LEVELS[level]))
+    return pb.EventReply(status=pb.EventReply.OK, view_cmd=pb.ViewCMD(tensors=tensors, level=VIEW_LEVELS[level]))

@@ -195,7 +195,7 @@ def parse_graph(graphs: Iterable[graph_pb.GraphProto]) -> JobGraph:
                         scopes.append(op.scope)
                         first_user[(edge.name, op.scope)] = (full, op.source_address)
         param_names: dict[str, str] = {}
-        for bare, param in declared.items():
+        for bare in declared:
             scopes = consumers.get(bare)
             if not scopes:
                 continue

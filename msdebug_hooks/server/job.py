@@ -29,6 +29,7 @@ from msdebug_hooks.server.job_hints import missing_value_hint
 from msdebug_hooks.server.liveness import ProcessWatch
 from msdebug_hooks.server.tensors import TensorStats, stats_from_summary
 from msdebug_hooks.server.training_link import POLL, JobState, TrainingLink
+from msdebug_hooks.validation import optional_whole_number
 
 __all__ = ["Job", "JobState"]
 
@@ -113,8 +114,7 @@ class Job(TrainingLink):
         """Let the training run ``steps`` steps and wait until it is suspended again (or a watchpoint hits first);
         returns the hits of that suspension. ``steps=None`` runs until ``pause()`` or a hit and returns at once;
         so does ``wait=False`` (then ``wait()``; e.g. to start every rank of a job before waiting for any)."""
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-            raise ValueError(f"steps={steps!r} is not allowed: an int >= 1, or None to run until a pause or a hit")
+        optional_whole_number("steps", steps, minimum=1, allowed="an int >= 1, or None to run until a pause or a hit")
         with self._cond:
             self._require(JobState.WAITING, "run() needs a suspended training (call pause() or wait() first)")
             mark = self._start_run(-1 if steps is None else steps)

@@ -6,7 +6,7 @@ rule: about 90 s) would be the only sign. Where the process is on this machine i
 
 * a ``subprocess.Popen`` the caller gave (``bind_process``, ``wait_for_training(process=...)``, the script
   ``msdebug debug`` started): its exit code is read at once;
-* the process our client names in its heartbeats (pid and start time, ``debugger/client_facts.py``): watched through
+* the process our client names in its heartbeats (pid and start time, ``wire/client_facts.py``): watched through
   ``/proc/<pid>/stat`` when this machine shows a process with that pid *and* that start time, so a reused pid, or a
   pid of another machine or pid namespace, is never taken for it. Its exit code is visible only while it is a zombie
   (its parent, e.g. msrun, has not collected it yet); otherwise the server says it ended, code unknown.

@@ -25,18 +25,18 @@ from typing import TYPE_CHECKING, Iterable, Optional
 
 import grpc
 
-from msdebug_hooks._log import get_logger
+from msdebug_hooks.server.connections import Connections
 from msdebug_hooks.server.errors import JobLost, JobStateError
 from msdebug_hooks.server.job import Job, JobState
 from msdebug_hooks.server.ports import check_free
 from msdebug_hooks.server.servicer import method_handlers
+from msdebug_hooks.validation import whole_number
 
 if TYPE_CHECKING:
     from msdebug_hooks.server.group import RankGroup
 
 __all__ = ["DebuggerServer", "MAX_MESSAGE_BYTES"]
 
-_LOG = get_logger("server")
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024      # gRPC's default, as MindInsight keeps it; clients send 3 MiB pieces
 _WATCHDOG_PERIOD = 1.0
 
@@ -51,23 +51,18 @@ class DebuggerServer:
         max_workers: gRPC worker threads per port; each suspended training holds one.
         log_reports: also log every report (connects, losses, garbage) at INFO.
         free_run: answer a run of several steps (or until a pause or a hit) with one free run, no ``WaitCMD`` per
-            step (``debugger/free_run.py``); False: one wait per step, as MindInsight does.
+            step (``wire/protocol.py``); False: one wait per step, as MindInsight does.
     """
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1", *, ports: Iterable[int] = (), max_workers: int = 32,
                  log_reports: bool = True, free_run: bool = True) -> None:
         ports = list(ports)
         for name, value in (("port", port), *((f"ports[{i}]", p) for i, p in enumerate(ports))):
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-                raise ValueError(f"{name}={value!r} is not allowed: an int 0..65535 (0: a free port)")
+            whole_number(name, value, minimum=0, maximum=65535, allowed="an int 0..65535 (0: a free port)")
         self.host = host
         self.max_workers = max_workers
-        self.log_reports = log_reports
-        self.free_run = bool(free_run)
-        self.reports: list[str] = []
-        self._lock = threading.Condition()
-        self._jobs: list[Job] = []
-        self._by_peer: dict[tuple[int, str], Job] = {}
+        self._connections = Connections(free_runs=bool(free_run), log_reports=log_reports)
+        self._lock = self._connections.changed       # guards the jobs, the reports and the listeners
         self._claimed: set[int] = set()
         self._listeners: list[tuple[int, grpc.Server]] = []
         self._closed = threading.Event()
@@ -103,7 +98,7 @@ class DebuggerServer:
             raise OSError(f"cannot listen on {self.host}:{port}: {exc}") from None
         if not bound:
             raise OSError(f"cannot listen on {self.host}:{port} (in use?)")
-        grpc_server.add_generic_rpc_handlers((method_handlers(self, bound),))
+        grpc_server.add_generic_rpc_handlers((method_handlers(self._connections, bound),))
         grpc_server.start()
         with self._lock:
             self._listeners.append((bound, grpc_server))
@@ -113,7 +108,7 @@ class DebuggerServer:
         """Stop listening and release every thread; suspended trainings see the server gone (they run on)."""
         self._closed.set()
         with self._lock:
-            jobs, listeners = list(self._jobs), list(self._listeners)
+            jobs, listeners = self._connections.jobs, list(self._listeners)
             self._listeners.clear()
             self._lock.notify_all()
         for job in jobs:
@@ -145,8 +140,30 @@ class DebuggerServer:
 
     @property
     def jobs(self) -> list[Job]:
-        with self._lock:
-            return list(self._jobs)
+        return self._connections.jobs
+
+    @property
+    def reports(self) -> list[str]:
+        """What happened with clients (connects, losses, garbage), oldest first."""
+        return self._connections.reports
+
+    @property
+    def free_run(self) -> bool:
+        """Whether jobs that connect from now on answer multi-step runs with free runs."""
+        return self._connections.free_runs
+
+    @free_run.setter
+    def free_run(self, value: bool) -> None:
+        self._connections.free_runs = bool(value)
+
+    @property
+    def log_reports(self) -> bool:
+        """Whether every report is also logged at INFO."""
+        return self._connections.log_reports
+
+    @log_reports.setter
+    def log_reports(self, value: bool) -> None:
+        self._connections.log_reports = value
 
     def job(self, job_id: int) -> Job:
         for job in self.jobs:
@@ -167,7 +184,7 @@ class DebuggerServer:
                                         "close() was called, so no training can connect to it any more (start a new "
                                         "DebuggerServer)" if self._started else "call start() first, or use it in a "
                                         "with block")
-                for job in self._jobs:
+                for job in self._connections.jobs:
                     if job.id in self._claimed or (rank is not None and job.rank != rank):
                         continue
                     if job.state is JobState.WAITING or (job.graph is not None and not job.alive):
@@ -191,47 +208,11 @@ class DebuggerServer:
         together, and held in lockstep at step ends so that a hit on one rank suspends every rank at that step."""
         from msdebug_hooks.server.group import RankGroup
 
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"count={count!r} is not allowed: an int >= 1")
+        whole_number("count", count, minimum=1)
         deadline = time.monotonic() + timeout
         jobs = [self.wait_for_training(timeout=max(deadline - time.monotonic(), 0.0), rank=rank)
                 for rank in range(count)]
         return RankGroup(jobs)
-
-    # -- called by the servicer ---------------------------------------------------------------------------------
-    def _report(self, message: str) -> None:
-        with self._lock:
-            self.reports.append(message)
-            self._lock.notify_all()
-        if self.log_reports:
-            _LOG.info("debugger server: %s", message)
-
-    def _job_for(self, peer: str, port: int, method: str, *, create: bool = False,
-                 quiet: bool = False) -> Optional[Job]:
-        """The job of this connection. ``SendMetadata`` (``create``) makes a new one (a second session on a known
-        connection is a new job too); any other call from an unknown connection is reported and refused: it never
-        reaches another training's job."""
-        key = (port, peer)
-        with self._lock:
-            job = self._by_peer.get(key)
-            if job is None and not create:
-                if not quiet:
-                    self._report(f"{peer}: {method} from a client that sent no metadata first; refused")
-                return None
-            if job is not None and not (create and job.graph is not None):
-                return job
-            previous = job
-            job = Job(len(self._jobs) + 1, peer, port, self._report)
-            job.free_runs = self.free_run
-            self._jobs.append(job)
-            self._by_peer[key] = job
-            others = [j for j in self._jobs if j.alive and j is not job and j is not previous and j.port == port]
-            self._lock.notify_all()
-        if previous is not None:       # a second session on one connection: the first one is over
-            previous.end_session(f"the training started a new session on the same connection (job {job.id})")
-        note = f" ({len(others)} other job(s) on this port)" if others else ""
-        self._report(f"job {job.id} connected from {peer} on port {port}{note}")
-        return job
 
     def _watch(self) -> None:
         while not self._closed.wait(_WATCHDOG_PERIOD):

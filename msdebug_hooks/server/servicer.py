@@ -6,7 +6,7 @@ the client connection it came from (``context.peer()``): one training, or one ra
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -14,11 +14,9 @@ from google.protobuf.message import DecodeError
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.server import commands
+from msdebug_hooks.server.connections import Connections
 from msdebug_hooks.server.graph import parse_graph
 from msdebug_hooks.server.tensors import assemble
-
-if TYPE_CHECKING:
-    from msdebug_hooks.server.server import DebuggerServer
 
 __all__ = ["method_handlers", "SERVICE"]
 
@@ -37,8 +35,8 @@ def _parse(message_type, data: bytes, method: str):
 
 
 class _Servicer:
-    def __init__(self, server: "DebuggerServer", port: int) -> None:
-        self.server = server
+    def __init__(self, connections: Connections, port: int) -> None:
+        self.connections = connections
         self.port = port
 
     def _stream(self, message_type, iterator: Iterator[bytes], method: str) -> list:
@@ -46,14 +44,14 @@ class _Servicer:
 
     def WaitCMD(self, data: bytes, context) -> pb.EventReply:
         request = _parse(pb.Metadata, data, "WaitCMD")
-        job = self.server._job_for(context.peer(), self.port, "WaitCMD")
+        job = self.connections.job_for(context.peer(), self.port, "WaitCMD")
         if job is None:
             return commands.failed()
         return job.on_wait(request, context.is_active)
 
     def SendMetadata(self, data: bytes, context) -> pb.EventReply:
         request = _parse(pb.Metadata, data, "SendMetadata")
-        job = self.server._job_for(context.peer(), self.port, "SendMetadata",
+        job = self.connections.job_for(context.peer(), self.port, "SendMetadata",
                                    create=not request.training_done)
         if job is None:
             return commands.ok()
@@ -62,16 +60,16 @@ class _Servicer:
     def SendHeartbeat(self, data: bytes, context) -> pb.EventReply:
         request = _parse(pb.Heartbeat, data, "SendHeartbeat")
         if not 5 <= request.period <= 3600:
-            self.server._report(f"{context.peer()}: heartbeat period {request.period} s is outside 5..3600")
+            self.connections.report(f"{context.peer()}: heartbeat period {request.period} s is outside 5..3600")
             return commands.failed()
-        job = self.server._job_for(context.peer(), self.port, "SendHeartbeat", quiet=True)
+        job = self.connections.job_for(context.peer(), self.port, "SendHeartbeat", quiet=True)
         if job is not None:
             job.on_heartbeat(request.period, request.message)
         return commands.ok()
 
     def _graphs(self, iterator: Iterator[bytes], context, method: str, multi: bool) -> pb.EventReply:
         chunks = self._stream(pb.Chunk, iterator, method)
-        job = self.server._job_for(context.peer(), self.port, method)
+        job = self.connections.job_for(context.peer(), self.port, method)
         if job is None:
             return commands.failed()
         pieces: list[list[bytes]] = [[]]
@@ -82,7 +80,7 @@ class _Servicer:
         blobs = [b"".join(p) for p in pieces if p] if multi else [b"".join(pieces[0])]
         protos = [_parse(graph_pb.GraphProto, blob, method) for blob in blobs]
         job.on_graph(protos, parse_graph(protos))
-        self.server._report(f"{job.label}: graph received ({len(job.graph)} nodes in {len(protos)} graph(s))")
+        self.connections.report(f"{job.label}: graph received ({len(job.graph)} nodes in {len(protos)} graph(s))")
         return commands.ok()
 
     def SendGraph(self, iterator, context) -> pb.EventReply:
@@ -93,11 +91,11 @@ class _Servicer:
 
     def _answer(self, iterator, context, method: str, message_type, level: str, convert: Callable) -> pb.EventReply:
         items = self._stream(message_type, iterator, method)
-        job = self.server._job_for(context.peer(), self.port, method)
+        job = self.connections.job_for(context.peer(), self.port, method)
         if job is None:
             return commands.failed()
         if not job.on_view_answer(level, convert(items)):
-            self.server._report(f"{job.label}: {method} with {len(items)} item(s) nobody asked for; ignored")
+            self.connections.report(f"{job.label}: {method} with {len(items)} item(s) nobody asked for; ignored")
         return commands.ok()
 
     def SendTensors(self, iterator, context) -> pb.EventReply:
@@ -111,11 +109,11 @@ class _Servicer:
 
     def SendWatchpointHits(self, iterator, context) -> pb.EventReply:
         hits = self._stream(pb.WatchpointHit, iterator, "SendWatchpointHits")
-        job = self.server._job_for(context.peer(), self.port, "SendWatchpointHits")
+        job = self.connections.job_for(context.peer(), self.port, "SendWatchpointHits")
         if job is None:
             return commands.failed()
         for problem in job.on_hits(hits):
-            self.server._report(f"{job.label}: {problem}; dropped")
+            self.connections.report(f"{job.label}: {problem}; dropped")
         return commands.ok()
 
 
@@ -124,9 +122,10 @@ _STREAMS = ("SendGraph", "SendMultiGraphs", "SendTensors", "SendTensorBase", "Se
             "SendWatchpointHits")
 
 
-def method_handlers(server: "DebuggerServer", port: int) -> grpc.GenericRpcHandler:
-    """The service's handlers for one listening port; every failure is reported and answered, never raised."""
-    servicer = _Servicer(server, port)
+def method_handlers(connections: Connections, port: int) -> grpc.GenericRpcHandler:
+    """The service's handlers for one listening port of the server whose jobs are ``connections``; every failure is
+    reported and answered, never raised."""
+    servicer = _Servicer(connections, port)
 
     def guarded(name: str):
         method = getattr(servicer, name)
@@ -135,10 +134,10 @@ def method_handlers(server: "DebuggerServer", port: int) -> grpc.GenericRpcHandl
             try:
                 return method(request, context)
             except _Garbage as exc:
-                server._report(f"{context.peer()}: garbage: {exc}")
+                connections.report(f"{context.peer()}: garbage: {exc}")
                 return commands.failed()
             except Exception as exc:          # a bug or a broken stream: report, keep serving
-                server._report(f"{context.peer()}: {name} failed: {type(exc).__name__}: {exc}")
+                connections.report(f"{context.peer()}: {name} failed: {type(exc).__name__}: {exc}")
                 return commands.failed()
         return handler
 

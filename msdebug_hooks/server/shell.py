@@ -13,14 +13,14 @@ command (``continue``, ``step``) blocks the prompt, never the training, and Ctrl
 Non-interactive use (``-c "watch weight_overflow *; continue"`` or a command file) runs the commands in order, then
 terminates a training that is still alive (and any the script starts after it). A script that trains again
 (several ``Model.train`` calls) is followed, its watchpoints set again on each training (``script_trainings.py``).
-Exit code (``exit_code``): 1 if any watchpoint hit, whatever else happened (a typo, a lost training: it did hit);
-otherwise 2 on bad input (an unknown command, a bad condition, a missing node) or when the training could not be
-looked at (it never connected, it was lost before it ended, a watchpoint could not be set again on the script's
-next training, or the script was killed or died of a signal); otherwise 0.
+The exit code says whether a watchpoint hit (``shell_exit.py``).
 
-Around the commands: ``shell_watch.py`` (watch, unwatch, watchpoints), ``shell_views.py`` (nodes, source, tensor,
-stats, save, log), ``shell_help.py`` (help with the aliases), ``shell_complete.py`` (Tab completion),
-``shell_hits.py`` (the hits table), ``shell_text.py`` (parsing, tables).
+This module is the loop: reading commands, reporting what went wrong, following the script's trainings, ending the
+session. The commands, one module per concern: ``shell_jobs.py`` (status, jobs, job, wait), ``shell_run.py``
+(continue, step, pause, recheck, terminate), ``shell_hits.py`` (hits, the hits table), ``shell_watch.py`` (watch,
+unwatch, watchpoints), ``shell_views.py`` (nodes, source, tensor, stats, save, log), ``shell_help.py`` (help with
+the aliases); around them ``shell_complete.py`` (Tab completion), ``shell_parse.py`` (reading commands) and
+``shell_text.py`` (tables, names).
 """
 from __future__ import annotations
 
@@ -34,29 +34,20 @@ from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.server.errors import JobError
 from msdebug_hooks.server.graph import Node
 from msdebug_hooks.server.group import RankGroup
-from msdebug_hooks.server.hits import Hit
 from msdebug_hooks.server.job import Job, JobState
 from msdebug_hooks.server.script_trainings import carry_watchpoints, next_training
 from msdebug_hooks.server.server import DebuggerServer
 from msdebug_hooks.server.shell_complete import ShellCompletion
+from msdebug_hooks.server.shell_exit import exit_code
 from msdebug_hooks.server.shell_help import ShellHelp, command_aliases
-from msdebug_hooks.server.shell_hits import hits_table
-from msdebug_hooks.server.shell_text import BadCommand, table
+from msdebug_hooks.server.shell_hits import HitCommands
+from msdebug_hooks.server.shell_jobs import JobCommands
+from msdebug_hooks.server.shell_parse import BadCommand
+from msdebug_hooks.server.shell_run import RunCommands
 from msdebug_hooks.server.shell_views import ViewCommands
 from msdebug_hooks.server.shell_watch import WatchCommands
 
-__all__ = ["DebuggerShell", "run_session", "exit_code", "EXIT_OK", "EXIT_HITS", "EXIT_BAD"]
-
-EXIT_OK, EXIT_HITS, EXIT_BAD = 0, 1, 2
-
-
-def exit_code(saw_hits: bool, could_not_look: bool) -> int:
-    """The session's exit code, by precedence: a hit (1) outranks bad input and trainings that could not be looked
-    at (2), which outrank a clean run (0). A typo must not hide a divergence from CI; a check that could not look
-    must not read as clean."""
-    if saw_hits:
-        return EXIT_HITS
-    return EXIT_BAD if could_not_look else EXIT_OK
+__all__ = ["DebuggerShell", "run_session"]
 
 
 def _message(exc: BaseException) -> str:
@@ -65,7 +56,8 @@ def _message(exc: BaseException) -> str:
     return text.strip('"')
 
 
-class DebuggerShell(ShellCompletion, ShellHelp, WatchCommands, ViewCommands, cmd.Cmd):
+class DebuggerShell(ShellCompletion, ShellHelp, JobCommands, RunCommands, HitCommands, WatchCommands, ViewCommands,
+                    cmd.Cmd):
     """The prompt. ``job`` is the job commands act on; ``process`` the training's process when we started it."""
 
     intro = ""
@@ -212,121 +204,6 @@ class DebuggerShell(ShellCompletion, ShellHelp, WatchCommands, ViewCommands, cmd
 
     def _node(self, name: str) -> Node:
         return self._job().node(name)
-
-    def _print_hits(self, hits: Sequence[Hit]) -> None:
-        if not hits:
-            return
-        self.saw_hits = True
-        self.say(hits_table(hits))
-
-    def _after_run(self, hits: Sequence[Hit]) -> None:
-        for job in self._jobs():
-            rank = f" (rank {job.rank})" if self.group is not None else ""
-            if job.alive:
-                self.say(f"job {job.id}{rank} {job.state} at step {job.step}")
-            else:
-                self.say(f"job {job.id}{rank} {job.state}: {job.reason}")
-        if not any(job.alive for job in self._jobs()) and all(job.state is not JobState.LOST
-                                                               for job in self._jobs()):
-            self._reap(session_over=False)
-        self._print_hits(hits)
-
-    # -- commands: where are we ---------------------------------------------------------------------------------
-    def do_status(self, arg: str) -> None:
-        """status: the current job's state, step, watchpoints and hits."""
-        for job in self._jobs():
-            self.say(f"job {job.id}: rank {job.rank}, {job.state} at step {job.step}, {len(job.graph or ())} nodes, "
-                     f"{len(job.watchpoints)} watchpoint(s), {len(job.hits)} hit(s) here, {len(job.all_hits)} in "
-                     f"all{f' ({job.reason})' if job.reason else ''}")
-        if self.output_log is not None:
-            self.say(f"training output: {self.output_log}")
-
-    def do_jobs(self, arg: str) -> None:
-        """jobs: every training connected to this server."""
-        rows = [("*" if j is self.job else "", j.id, j.rank, j.state, j.step, j.peer, j.ms_version)
-                for j in self.server.jobs]
-        self.say(table(rows, ("", "job", "rank", "state", "step", "peer", "ms_version"), numeric=(1, 2, 4)))
-
-    def do_job(self, arg: str) -> None:
-        """job N: make job N the one commands act on."""
-        if not arg.strip().isdigit():
-            raise BadCommand(f"job {arg!r}: give a job id from the jobs list")
-        job = self.server.job(int(arg))
-        if self.group is not None and job not in self.group.jobs:
-            self.group = None               # another training: commands act on it alone
-        self.job = job
-        self.say(f"job {self.job.id}: {self.job.state} at step {self.job.step}")
-
-    def do_wait(self, arg: str) -> None:
-        """wait [SECONDS]: take the next training to connect (serve), with this job's watchpoints."""
-        text = arg.strip()
-        if text and not text.replace(".", "", 1).isdigit():
-            raise BadCommand(f"wait {text!r}: give a number of seconds, e.g. wait 600")
-        late = self.server.wait_for_training(timeout=float(text or self.timeout), process=self.process)
-        self._take(late, f"job {late.id} connected (rank {late.rank}), waiting at step {late.step}")
-
-    # -- commands: running ----------------------------------------------------------------------------------------
-    def do_continue(self, arg: str) -> None:
-        """continue (c, cont): run until a watchpoint hits or the script ends (its later trainings too, with the same
-        watchpoints); Ctrl-C pauses it at the next step end."""
-        while True:
-            job = self._driver()
-            try:
-                hits = job.run_until_hit(timeout=self.timeout)
-            except KeyboardInterrupt:
-                self.say("pausing at the next step end ...")
-                job.pause()
-                self._after_run([])
-                return
-            self._after_run(hits)
-            if hits or self.bad_input or self._driver() is job or not self.job.alive:
-                return
-            self.say(f"continuing job {self.job.id}")
-
-    do_c = do_cont = do_continue
-
-    def do_step(self, arg: str) -> None:
-        """step [N] (s, next, n): run N steps (default 1); stops earlier on a hit; Ctrl-C pauses."""
-        text = arg.strip() or "1"
-        if not text.isdigit() or int(text) < 1:
-            raise BadCommand(f"step {text!r}: give a number of steps >= 1")
-        job = self._driver()
-        try:
-            hits = job.run(int(text), timeout=self.timeout)
-        except KeyboardInterrupt:
-            self.say("pausing at the next step end ...")
-            job.pause()
-            hits = []
-        self._after_run(hits)
-
-    do_s = do_next = do_n = do_step
-
-    def do_pause(self, arg: str) -> None:
-        """pause: stop a running training at its next step end."""
-        step = self._driver().pause()
-        self.say(f"paused at step {step}")
-
-    def do_recheck(self, arg: str) -> None:
-        """recheck: evaluate every watchpoint again on this step's values."""
-        hits = self._driver().recheck()
-        self.say(f"recheck at step {self._job().step}: {len(hits)} hit(s)")
-        self._print_hits(hits)
-
-    def do_hits(self, arg: str) -> None:
-        """hits [all]: the hits of this suspension (all: every hit of the session)."""
-        job = self._driver()
-        hits = job.all_hits if arg.strip() == "all" else job.hits
-        if not hits:
-            self.say("no hits")
-            return
-        self._print_hits(hits)
-
-    def do_terminate(self, arg: str) -> None:
-        """terminate: stop the training (it ends cleanly, its end hooks run)."""
-        self._driver().terminate()
-        for job in self._jobs():
-            self.say(f"job {job.id} {job.state}")
-        self._reap()
 
     # -- leaving --------------------------------------------------------------------------------------------------
     def do_quit(self, arg: str) -> bool:

@@ -11,7 +11,8 @@ import inspect
 from typing import Callable
 
 from msdebug_hooks.conditions.protocol import condition_names
-from msdebug_hooks.server.shell_text import BadCommand, table
+from msdebug_hooks.server.shell_parse import BadCommand
+from msdebug_hooks.server.shell_text import table
 
 __all__ = ["ShellHelp", "command_aliases"]
 

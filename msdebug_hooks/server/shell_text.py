@@ -1,4 +1,4 @@
-"""How the debugger prompt reads commands and prints: command splitting, aligned tables, short node names."""
+"""How the debugger prompt prints: aligned tables, short node names, a node's source line."""
 from __future__ import annotations
 
 import os
@@ -6,11 +6,7 @@ from typing import Sequence
 
 from msdebug_hooks.server.graph import Node
 
-__all__ = ["BadCommand", "table", "split_commands", "short_name", "source_location"]
-
-
-class BadCommand(ValueError):
-    """A command line the shell cannot obey (bad syntax, unknown node, ...)."""
+__all__ = ["table", "short_name", "source_location"]
 
 
 def table(rows: Sequence[Sequence[object]], header: Sequence[str], *, numeric: Sequence[int] = ()) -> str:
@@ -28,16 +24,6 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
-
-
-def split_commands(text: str) -> list[str]:
-    """``"watch weight_overflow *; continue"`` or a file's lines -> commands ("#" starts a comment line)."""
-    commands = []
-    for line in text.splitlines():
-        if line.strip().startswith("#"):
-            continue
-        commands.extend(part.strip() for part in line.split(";") if part.strip())
-    return commands
 
 
 def short_name(name: str, width: int = 60) -> str:

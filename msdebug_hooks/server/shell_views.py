@@ -8,7 +8,8 @@ import numpy as np
 
 from msdebug_hooks._files import atomic_path
 from msdebug_hooks.server.graph import CATEGORIES
-from msdebug_hooks.server.shell_text import BadCommand, table
+from msdebug_hooks.server.shell_parse import BadCommand
+from msdebug_hooks.server.shell_text import table
 
 __all__ = ["ViewCommands", "MAX_ROWS"]
 

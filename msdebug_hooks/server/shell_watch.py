@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from msdebug_hooks.server.shell_text import BadCommand, table
+from msdebug_hooks.server.shell_parse import BadCommand
+from msdebug_hooks.server.shell_text import table
 
 __all__ = ["WatchCommands"]
 

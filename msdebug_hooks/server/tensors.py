@@ -14,7 +14,7 @@ import numpy as np
 
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
-from msdebug_hooks.debugger.dtypes import numpy_dtype
+from msdebug_hooks.wire.dtypes import numpy_dtype
 
 __all__ = ["ReceivedTensor", "TensorStats", "assemble", "stats_from_summary", "MAX_TENSOR_BYTES"]
 

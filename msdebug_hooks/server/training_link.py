@@ -17,7 +17,7 @@ still is; a run not yet delivered is ``running`` (asked), never ``waiting``. ``_
 How a training ends is in ``states.py``; a process on this machine is watched every second (``liveness.py``): a
 bound ``Popen``, or the pid our client names in its heartbeats.
 
-Free runs (``debugger/free_run.py``): for a client whose heartbeats say it can, a run of several steps (or until a
+Free runs (``wire/protocol.py``): for a client whose heartbeats say it can, a run of several steps (or until a
 pause or a hit) is one ``RunCMD{run_level: "free"}``, unless ranks run in lockstep; the training keeps one *watch*
 call outstanding (``_on_watch``), answered when the job wants it back (a pause, a terminate, a queued command, a
 hit, the end). ``job.step`` is the step of the last wait, so it stands still during a free run.
@@ -30,8 +30,8 @@ import time
 from typing import Any, Callable, Optional
 
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
-from msdebug_hooks.debugger.client_facts import parse_error, parse_heartbeat
-from msdebug_hooks.debugger.free_run import WATCH_NODE
+from msdebug_hooks.wire.client_facts import parse_error, parse_heartbeat
+from msdebug_hooks.wire.protocol import RECHECK_LEVEL, WATCH_NODE
 from msdebug_hooks.server import commands
 from msdebug_hooks.server.errors import JobCrashed, JobLost, JobStateError
 from msdebug_hooks.server.graph import JobGraph
@@ -319,7 +319,7 @@ class TrainingLink:
                 if reply is not None:
                     if reply.WhichOneof("cmd") == "exit":
                         self._end(JobState.TERMINATED, f"terminated at step {self.step}")
-                    elif reply.WhichOneof("cmd") == "run_cmd" and reply.run_cmd.run_level == "recheck":
+                    elif reply.WhichOneof("cmd") == "run_cmd" and reply.run_cmd.run_level == RECHECK_LEVEL:
                         self._recheck_out = True
                     elif reply.WhichOneof("cmd") == "run_cmd":
                         self._held = False          # it leaves the suspension: running until its next wait

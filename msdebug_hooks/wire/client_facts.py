@@ -2,13 +2,17 @@
 
 * The heartbeat's ``message`` (MindInsight reads only a heartbeat's period):
   ``Debugger is alive (msdebug-hooks; free-run; pid=P; start=T; rank=R; world=W)``. ``free-run``: free runs
-  (``free_run.py``). ``pid`` / ``start``: the training's process and its start time in clock ticks since boot
-  (``/proc/self/stat``), so a server on the same machine can watch that very process and see it die within a second
-  while it runs, instead of after three missed heartbeats (``server/liveness.py``). ``rank`` / ``world``: the rank
-  and the job's number of ranks, so a server can say that the other ranks of a job need ports of their own.
+  (``protocol.py``, ``debugger/free_run.py``). ``pid`` / ``start``: the training's process and its start time in
+  clock ticks since boot (``/proc/self/stat``), so a server on the same machine can watch that very process and see
+  it die within a second while it runs, instead of after three missed heartbeats (``server/liveness.py``).
+  ``rank`` / ``world``: the rank and the job's number of ranks, so a server can say that the other ranks of a job
+  need ports of their own.
 * The ``Metadata.cur_node`` of the training-done message of a training that raised:
   ``msdebug-hooks:error:<the error's last line>`` (e.g. ``ValueError: loss is NAN``). MindInsight reads nothing of a
   training-done message but the flag; our server reports the training ``crashed`` with that line, not ``finished``.
+
+The client writes these (``heartbeat_message``, ``error_note``) and the server reads them (``parse_heartbeat``,
+``parse_error``): one module, so the two sides cannot drift apart.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Optional
 
-from msdebug_hooks.debugger.free_run import CAPABLE
+from msdebug_hooks.wire.protocol import FREE_RUN_CAPABLE
 
 __all__ = ["ClientFacts", "heartbeat_message", "parse_heartbeat", "ERROR_MARK", "error_note", "parse_error"]
 
@@ -49,7 +53,7 @@ def _own_start_time() -> Optional[int]:
 
 def heartbeat_message(rank: int = 0, world: int = 1) -> str:
     """This process's heartbeat text."""
-    facts = [CAPABLE, f"pid={os.getpid()}"]
+    facts = [FREE_RUN_CAPABLE, f"pid={os.getpid()}"]
     started = _own_start_time()
     if started is not None:
         facts.append(f"start={started}")
@@ -60,7 +64,7 @@ def heartbeat_message(rank: int = 0, world: int = 1) -> str:
 def parse_heartbeat(message: str) -> ClientFacts:
     """The facts in a heartbeat's text; an unknown text (MindSpore's own client: "Debugger is alive") says none."""
     values = {key: int(value) for key, value in _FIELD.findall(message or "")}
-    return ClientFacts(free_run=CAPABLE in (message or ""), **values)
+    return ClientFacts(free_run=FREE_RUN_CAPABLE in (message or ""), **values)
 
 
 def error_note(error: BaseException) -> Optional[str]:
