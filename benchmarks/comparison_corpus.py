@@ -4,7 +4,7 @@ table (case -> expected -> reported -> match) into ``docs/precision-comparison.m
 The corpus (``tests/corpus/``) holds noise-only pairs that must read clean and port bugs planted in real
 architectures (a ResNet-style CNN, a transformer encoder, a Conv1d + LSTM audio net) written in PyTorch and
 MindSpore, with the replay verdict (own error or inherited) of each named layer; the same run is what
-``tests/test_comparison_corpus.py`` asserts case by case. This script writes the table between the markers
+``tests/compare/test_comparison_corpus.py`` asserts case by case. This script writes the table between the markers
 ``<!-- corpus-table:start -->`` and ``<!-- corpus-table:end -->`` (appending a section "The corpus" when they are
 absent), prints it with the time the corpus took (wall clock and the CPU time of its processes), and with
 ``--errors FILE`` writes the normwise relative error ``||a - b|| / ||b||`` of every forward record of a few
@@ -58,8 +58,8 @@ verdict is `compare_layers(A, B, replay=True)` comparing the named layer's recor
 on PyTorch's captured inputs (`compare_layers(A, B, replay_a=port)`, in the MindSpore process once the PyTorch
 capture exists, with the weights the port held at the captured pass): "replayed" gives its verdict and its error
 against PyTorch's output on the same inputs -- about the observed error for an own error, float32 noise for an
-inherited one. `benchmarks/comparison_corpus.py` regenerates this table; `tests/test_comparison_corpus.py` asserts
-every row.
+inherited one. `benchmarks/comparison_corpus.py` regenerates this table;
+`tests/compare/test_comparison_corpus.py` asserts every row.
 
 {START}
 {END}

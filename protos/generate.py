@@ -1,10 +1,10 @@
 """Regenerate the protocol's Python code from the .proto files beside this script: the messages into
-msdebug_hooks/wire/, the gRPC stub and servicer (``debug_grpc_pb2_grpc.py``) into tests/, the only code that uses
-them (the client and our server call the nine RPCs by path, without the generated stub).
+msdebug_hooks/wire/, the gRPC stub and servicer (``debug_grpc_pb2_grpc.py``) into tests/helpers/, the only code
+that uses them (the client and our server call the nine RPCs by path, without the generated stub).
 
 Usage (from anywhere; see protos/README.md):
 
-    python protos/generate.py           # rewrite msdebug_hooks/wire/*_pb2.py(i) and tests/debug_grpc_pb2_grpc.py
+    python protos/generate.py           # rewrite msdebug_hooks/wire/*_pb2.py(i), tests/helpers/debug_grpc_pb2_grpc.py
     python protos/generate.py --check   # exit 1 if the committed code differs from a fresh generation
 
 Why a script and not a bare ``grpc_tools.protoc`` call:
@@ -12,7 +12,7 @@ Why a script and not a bare ``grpc_tools.protoc`` call:
 * The generated modules must import each other inside the package (``from msdebug_hooks.wire import
   ms_graph_pb2``), and protoc derives that import from the path a .proto file is compiled under. So the files are
   copied into a temporary tree laid out as ``msdebug_hooks/wire/`` and the ``import`` line is rewritten to match.
-  The stub written into tests/ imports the messages from ``msdebug_hooks.wire`` the same way; only the path its
+  The stub written into tests/helpers/ imports the messages from ``msdebug_hooks.wire`` the same way; only the path its
   version error names is rewritten to where it lies.
 * Generated code refuses to load on a protobuf runtime older than the protoc that generated it. The project
   supports protobuf >= 7.34.1 (MindSpore 2.10's floor), but every grpcio-tools release that targets protobuf 7
@@ -34,7 +34,7 @@ from pathlib import Path
 GRPC_TOOLS_VERSION = "1.80.0"   # bundled protoc 31.1 -> gencode protobuf 6.31.1
 PROTO_FILES = ("ms_graph.proto", "debug_grpc.proto")
 PACKAGE_DIR = Path("msdebug_hooks") / "wire"
-TESTS_DIR = Path("tests")
+TESTS_DIR = Path("tests") / "helpers"
 GENERATED = ("ms_graph_pb2.py", "ms_graph_pb2.pyi", "debug_grpc_pb2.py", "debug_grpc_pb2.pyi")   # into PACKAGE_DIR
 STUB = "debug_grpc_pb2_grpc.py"                                                                 # into TESTS_DIR
 
@@ -76,7 +76,7 @@ def _layout_sources(workdir: Path) -> Path:
 
 def generate(out_dir: Path, stub_dir: Path) -> None:
     """Generate the Python modules for PROTO_FILES into ``out_dir`` (a directory standing for the package) and the
-    gRPC stub into ``stub_dir`` (standing for tests/)."""
+    gRPC stub into ``stub_dir`` (standing for tests/helpers/)."""
     with tempfile.TemporaryDirectory(prefix="msdebug-protoc-") as tmp:
         workdir = Path(tmp)
         python = _protoc_python(workdir)

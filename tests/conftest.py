@@ -1,53 +1,24 @@
-"""Shared test helpers: the examples' LeNet on sys.path, and running Python in a fresh process.
+"""What pytest needs for every test: tests/helpers/ and the examples on sys.path, the shared fixtures (MindInsight,
+dumps, comparison runs), an isolated os.environ per test, caplog seeing our logger, and the fast-lane guard.
 
-MindSpore reads its diagnostic environment (dump config, GLOG) once per process, so every test that applies such a
-setting trains in a subprocess of its own.
+Test modules import paths and process helpers from ``project`` (tests/helpers/project.py), never from here.
 """
 from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Optional
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
+HELPERS = Path(__file__).resolve().parent / "helpers"   # what several test folders share
+sys.path.insert(0, str(HELPERS))
 
-# `import mindspore` in the test process (in-process training tests) writes these into os.environ; a child process
-# that inherited them would not behave like a fresh one (e.g. MindSpore logs the protobuf switch only when it makes it).
-_MINDSPORE_WRITES = ("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "LD_LIBRARY_PATH", "HCCL_CONNECT_TIMEOUT")
-_PRISTINE = {name: os.environ.get(name) for name in _MINDSPORE_WRITES}
+from project import EXAMPLES, FAST_LANE_GUARD, GUARD_ENV, run_python  # noqa: E402
 
-
-def fresh_env() -> dict:
-    """``os.environ`` as a new interpreter should inherit it: without what importing MindSpore here added."""
-    env = dict(os.environ)
-    for name, value in _PRISTINE.items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
-    return env
 sys.path.insert(0, str(EXAMPLES))
-
-
-def run_python(code: str, *, env: Optional[Mapping[str, str]] = None, cwd: Optional[Path] = None,
-               timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``code`` (dedented) in a new interpreter with the examples importable; return the completed process."""
-    full_env = fresh_env()
-    full_env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), str(ROOT), full_env.get("PYTHONPATH", "")])
-    if env:
-        full_env.update(env)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"subprocess failed ({proc.returncode})\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
-    return proc
 
 
 @pytest.fixture
@@ -111,20 +82,6 @@ def caplog(caplog):
 # the marker fails that test. In-process: a finder records who imported it first; subprocesses: fast_lane_guard/'s
 # sitecustomize (first on the PYTHONPATH children inherit) refuses the import and writes it to a log read after
 # every test. Not seen: a child given a PYTHONPATH of its own without `guarded()`.
-_FAST_LANE_GUARD = Path(__file__).resolve().parent / "fast_lane_guard"
-_GUARD_ENV: dict = {}     # what a child needs to be guarded (set only in the fast lane)
-
-
-def guarded(env: dict) -> dict:
-    """``env`` for a child process whose environment a test builds from scratch (own PYTHONPATH): in the fast lane,
-    with the MindSpore guard added back; elsewhere unchanged."""
-    if not _GUARD_ENV:
-        return env
-    paths = [_GUARD_ENV["PYTHONPATH"], env.get("PYTHONPATH", "")]
-    return {**env, "MSDEBUG_TESTS_MINDSPORE_LOG": _GUARD_ENV["MSDEBUG_TESTS_MINDSPORE_LOG"],
-            "PYTHONPATH": os.pathsep.join(filter(None, paths))}
-
-
 class _FirstMindSporeImport:
     def __init__(self) -> None:
         self.where: Optional[str] = None
@@ -152,8 +109,8 @@ def pytest_configure(config):
     os.close(fd)
     config._mindspore_subprocess_log = Path(log)
     os.environ["MSDEBUG_TESTS_MINDSPORE_LOG"] = log
-    _GUARD_ENV.update(MSDEBUG_TESTS_MINDSPORE_LOG=log, PYTHONPATH=str(_FAST_LANE_GUARD))
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_FAST_LANE_GUARD), os.environ.get("PYTHONPATH")]))
+    GUARD_ENV.update(MSDEBUG_TESTS_MINDSPORE_LOG=log, PYTHONPATH=str(FAST_LANE_GUARD))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FAST_LANE_GUARD), os.environ.get("PYTHONPATH")]))
 
 
 def _fast_lane_violations(config) -> list:

@@ -1,7 +1,7 @@
 """Callbacks reach every Model.train / Model.fit of a script that never mentions them."""
 import pytest
 
-from conftest import run_python
+from project import run_python
 
 pytestmark = pytest.mark.mindspore
 
@@ -69,7 +69,7 @@ def test_nothing_happens_without_the_variable():
 def test_pth_line_installs_the_hook_only_when_enabled(tmp_path):
     """Run the shipped .pth exactly as site.py does at start-up, with the variable set and unset."""
     import shutil
-    from conftest import ROOT
+    from project import ROOT
 
     shutil.copy(ROOT / "msdebug_hooks_autoattach.pth", tmp_path)
     code = f"""
@@ -90,7 +90,7 @@ def test_wheel_installs_the_pth_into_site_packages(tmp_path):
     import subprocess
     import sys
     import zipfile
-    from conftest import ROOT
+    from project import ROOT
 
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)

@@ -13,7 +13,7 @@ ms = pytest.importorskip("mindspore")
 from mindspore import nn  # noqa: E402
 from mindspore.train import Model  # noqa: E402
 
-from conftest import ROOT  # noqa: E402
+from project import ROOT  # noqa: E402
 from lenet import make_dataset, make_lenet  # noqa: E402
 from msdebug_hooks.ckpt import compare_checkpoints, scan_checkpoint  # noqa: E402
 from msdebug_hooks.errors import ConfigError  # noqa: E402

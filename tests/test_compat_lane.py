@@ -1,12 +1,13 @@
 """The compatibility lane: a representative subset of this suite, run on the oldest supported MindSpore (2.7.2).
 
 The full suite runs on MindSpore 2.10 (the project venv). This test runs ``python -m pytest`` on the subset below
-with the interpreter of ``.venv-ms27`` (MindSpore 2.7.2, built once: ``tests/compat_venv.py``) and fails with that
-run's output when it fails, so the README's test command covers both versions and CI needs no second job. The subset
-covers each part that touches MindSpore: the callbacks under ``Model.train`` and a custom loop, dump-config validation
-against 2.7.2's own parser (its recorded corpus verdicts, and live dumps), offline dump analysis of a 2.7.2 dump, the
-online debugger driven by our server and by MindInsight, LayerRecorder against PyTorch, compare-dumps and the
-per-version facts. (A 2.7.2 dump against a 2.10 dump of the same training is ``test_compare_versions.py``, in the main
+with the interpreter of ``.venv-ms27`` (MindSpore 2.7.2, built once: ``tests/helpers/compat_venv.py``) and fails
+with that run's output when it fails, so the README's test command covers both versions and CI needs no second job.
+The subset covers each part that touches MindSpore: the callbacks under ``Model.train`` and a custom loop,
+dump-config validation against 2.7.2's own parser (its recorded corpus verdicts, and live dumps), offline dump
+analysis of a 2.7.2 dump, the online debugger driven by our server and by MindInsight, LayerRecorder against
+PyTorch, compare-dumps and the per-version facts. (A 2.7.2 dump against a 2.10 dump of the same training is
+``compare/test_compare_versions.py``, in the main
 suite: it needs both interpreters.)
 """
 from __future__ import annotations
@@ -19,22 +20,22 @@ import time
 import pytest
 
 from compat_venv import COMPAT_MINDSPORE, ensure_compat_venv
-from conftest import ROOT, fresh_env
+from project import ROOT, fresh_env
 
 pytestmark = [pytest.mark.compat, pytest.mark.mindspore, pytest.mark.timeout(1500)]
 
 SUBSET = (
-    "tests/test_stop_at_step.py",
-    "tests/test_loss_guard.py",
-    "tests/test_custom_loop.py",
-    "tests/test_dump_config_mindspore.py",
-    "tests/test_dump_analyzer.py",
-    "tests/test_server_acceptance.py",
-    "tests/test_debugger_mindinsight_e2e.py",
-    "tests/test_compare_layers_mindspore.py",
-    "tests/test_layer_layouts.py",
-    "tests/test_compare_dumps.py",
-    "tests/test_compare_versions.py",
+    "tests/callbacks/test_stop_at_step.py",
+    "tests/callbacks/test_loss_guard.py",
+    "tests/callbacks/test_custom_loop.py",
+    "tests/config/test_dump_config_mindspore.py",
+    "tests/dump/test_dump_analyzer.py",
+    "tests/server/test_server_acceptance.py",
+    "tests/debugger/test_debugger_mindinsight_e2e.py",
+    "tests/compare/test_compare_layers_mindspore.py",
+    "tests/compare/test_layer_layouts.py",
+    "tests/compare/test_compare_dumps.py",
+    "tests/compare/test_compare_versions.py",
     "tests/test_mindspore_versions.py",
 )
 #: what the lane leaves out inside those files: multi-rank jobs and PyPI installs have lanes of their own
@@ -57,4 +58,5 @@ def test_subset_passes_on_the_oldest_supported_mindspore(capsys):
     assert proc.returncode == 0, f"the subset failed on MindSpore {COMPAT_MINDSPORE}:\n{output[-20000:]}"
     passed = re.search(r"(\d+) passed", summary)
     assert passed and int(passed.group(1)) >= 60, f"too few tests ran on MindSpore {COMPAT_MINDSPORE}: {summary}"
-    assert " skipped" not in summary or os.environ.get("MSDEBUG_OFFLINE"), f"tests skipped in the lane:\n{output[-6000:]}"
+    skipped_ok = " skipped" not in summary or os.environ.get("MSDEBUG_OFFLINE")
+    assert skipped_ok, f"tests skipped in the lane:\n{output[-6000:]}"

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from project import ROOT
 
 pytestmark = pytest.mark.mindspore
 

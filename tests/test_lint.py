@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import ROOT
+from project import ROOT
 
 LINTED = ["msdebug_hooks", "tests", "benchmarks", "examples", "protos"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from project import ROOT
 from msdebug_hooks import mindspore_versions as mv
 from msdebug_hooks._mindspore import installed_version, installed_version_string
 
@@ -102,7 +102,7 @@ def test_differences_name_what_an_older_release_lacks():
 
 
 def test_importing_the_facts_imports_no_mindspore():
-    from conftest import run_python
+    from project import run_python
 
     proc = run_python("import sys, msdebug_hooks.mindspore_versions as m; m.support(); m.differences(); "
                       "m.wheel_mismatch(); print('mindspore' in sys.modules)")
@@ -113,7 +113,7 @@ def test_importing_the_facts_imports_no_mindspore():
 def test_msdebug_env_says_the_installed_release_is_supported_and_what_differs():
     import json
 
-    from conftest import run_python
+    from project import run_python
 
     proc = run_python("import sys; from msdebug_hooks.cli import main; sys.exit(main(['env', '--json']))", check=False)
     data = json.loads(proc.stdout)

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, run_python
+from project import ROOT, run_python
 
 
 def test_import_does_not_import_mindspore():

@@ -55,7 +55,7 @@ def server_overhead(rounds: int, steps: int, with_mindinsight: bool, section: pe
     stop = threading.Event()
     try:
         if with_mindinsight:
-            sys.path.insert(0, str(ROOT / "tests"))
+            sys.path.insert(0, str(ROOT / "tests" / "helpers"))
             from mindinsight_server import running_mindinsight
 
             for n in (0, len(MINDINSIGHT_WATCHPOINTS)):

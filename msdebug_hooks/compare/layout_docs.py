@@ -2,7 +2,7 @@
 
 ``python -m msdebug_hooks.compare.layout_docs docs/compare-pytorch.md`` rewrites the part between the markers
 ``<!-- layout-table:start -->`` and ``<!-- layout-table:end -->``; ``--check`` only says whether it is current
-(exit 1 when not). ``tests/test_layer_layouts.py`` fails when the document and the table differ.
+(exit 1 when not). ``tests/compare/test_layer_layouts.py`` fails when the document and the table differ.
 """
 from __future__ import annotations
 

@@ -61,6 +61,7 @@ class TensorSource(ABC):
 
     def want(self, names: Iterable[str]) -> None:
         """Keep exactly these capturable nodes from the next step on (a source that captures nothing ignores it)."""
+        return None
 
     # -- values, as the session asks for them -------------------------------------------------------------------
     def current(self, tensor: str, slot: str = "0") -> Optional[np.ndarray]:

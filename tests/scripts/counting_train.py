@@ -1,5 +1,5 @@
-"""A training whose loss tells its step: the randomised debugger-API test (tests/test_server_random_api.py) checks
-every suspension against it. No msdebug import: the tests start it with only the debugger variables.
+"""A training whose loss tells its step: the randomised debugger-API test (tests/server/test_server_random_api.py)
+checks every suspension against it. No msdebug import: the tests start it with only the debugger variables.
 
 One Dense(1, 1) with weight 1 and no bias, L1 loss against 0, learning rate 0 (the weight never moves): the loss of
 step ``s`` (1-based) is exactly the input of batch ``s - 1``, which is ``s - 1``, or ``HIT_BASE + s - 1`` on every

@@ -7,7 +7,7 @@ training pass) are compared with ``compare_arrays``; both sides capture step 1 w
 ``compare_layers`` / ``compare_weights`` read the pair; one planted wrong conversion is saved and compare-weights'
 report on it kept. Then three small models (LSTM, GRU, Conv1d stack) are ported and read through the ``msdebug``
 commands, with the sequence length unlike and equal to the batch size. The findings go to ``OUT_DIR/results.json``
-for tests/test_layer_layouts.py to judge.
+for tests/compare/test_layer_layouts.py to judge.
 """
 from __future__ import annotations
 
@@ -446,7 +446,8 @@ class TorchConvStack(tnn.Module):
     def __init__(self, length):
         super().__init__()
         self.layers = tnn.Sequential(tnn.Conv1d(4, 8, 3, padding=1), tnn.BatchNorm1d(8), tnn.ReLU(),
-                                     tnn.Conv1d(8, 8, 3, padding=1), tnn.ReLU(), tnn.Flatten(), tnn.Linear(8 * length, 3))
+                                     tnn.Conv1d(8, 8, 3, padding=1), tnn.ReLU(), tnn.Flatten(),
+                                     tnn.Linear(8 * length, 3))
 
     def forward(self, x):
         return self.layers(x)

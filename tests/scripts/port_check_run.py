@@ -4,7 +4,7 @@ LSTM and a Conv1d port, through ``compare_models`` with its defaults, in one pro
 Usage: ``port_check_run.py OUT_DIR``. Defaults everywhere but ``steps=2`` (step 1 is compared; two steps draw a
 loss curve, at less cost than the default three). Writes ``OUT_DIR/results.json`` (one entry per case: what the
 case expects, what the check reported) and, per case, the text report and the HTML report, for
-tests/test_port_check.py to judge.
+tests/compare/test_port_check.py to judge.
 
 What each corpus case expects comes from ``corpus.cases`` alone, by three general rules:
 

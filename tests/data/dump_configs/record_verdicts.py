@@ -5,8 +5,8 @@ the missing-``e2e_dump_settings`` case costs 3 s more in MindSpore's own sleeps)
 
     .venv/bin/python tests/data/dump_configs/record_verdicts.py            # every case -> verdicts-2.10.0.json
     .venv/bin/python tests/data/dump_configs/record_verdicts.py NAME ...   # only these (merged into the manifest)
-    /tmp/ms27/bin/python tests/data/dump_configs/record_verdicts.py        # a venv with MindSpore 2.7.2 and
-                                                                           # `pip install --no-deps .` -> verdicts-2.7.2.json
+    # a venv with MindSpore 2.7.2 and `pip install --no-deps .` -> verdicts-2.7.2.json:
+    /tmp/ms27/bin/python tests/data/dump_configs/record_verdicts.py
 
 Each case runs in a fresh interpreter (MindSpore parses ``MINDSPORE_DUMP_CONFIG`` once per process, at the first graph
 compile): LeNet in GRAPH_MODE on the CPU, three training steps, with ``MINDSPORE_DUMP_CONFIG`` pointing at the case file
