@@ -12,17 +12,16 @@ import pytest
 
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
-from msdebug_hooks.debugger.graph import DebugGraph, GraphParameter
 from msdebug_hooks.debugger.session import Decision, DebuggerSession, SessionState
 from msdebug_hooks.debugger.transport import Transport
 
 from project import run_python
 from fault_server import RUN, FaultServer
+from session_rig import LOSS_NODE, SCOPE, WEIGHT_NODE, session_graph
 
 pytestmark = pytest.mark.timeout(150)
 TESTS = Path(__file__).resolve().parents[1]
-SCOPE = "Default/network-Net/fc-Dense"
-NAMES = [f"{SCOPE}/fc.weight", "Default/network-Net/_loss_fn-MSELoss/MSELoss-op2", f"{SCOPE}/Dense-op1", "fc.weight",
+NAMES = [WEIGHT_NODE, LOSS_NODE, f"{SCOPE}/Dense-op1", "fc.weight",
          "", "Default/unknown/x", "x" * 5000, "Default/\u00e9\u4e2d/\U0001f600"]
 PARAM_NAMES = ["abs_mean_gt", "abs_mean_lt", "max_gt", "min_lt", "mean_gt", "range_start_inclusive",
                "range_end_inclusive", "range_percentage_gt", "epsilon", "atol", "rtol", "equal_nan",
@@ -96,15 +95,6 @@ def random_wire(rng: np.random.Generator) -> object:
     return b"\x12" + b"\xff" * 5 * 1024 * 1024     # over the 4 MiB reply limit
 
 
-def _graph() -> DebugGraph:
-    proto = graph_pb.GraphProto(name="kernel_graph_0", root_name="0")
-    proto.parameters.add(name="fc.weight")
-    proto.node.add(name="1", op_type="Dense", scope=SCOPE, full_name=f"{SCOPE}/Dense-op1",
-                   input=[graph_pb.InputProto(name="fc.weight")])
-    params = {"fc.weight": GraphParameter("fc.weight", "weight", (2, 3), np.dtype(np.float32), source="live")}
-    return DebugGraph(proto, params, loss_node=NAMES[1], nodes={f"{SCOPE}/Dense-op1": "Dense"})
-
-
 VALUES = {"fc.weight": np.array([[0.5, np.nan, 1.0], [2.0, -np.inf, 0.0]], np.float32), NAMES[1]: np.float32(2.5)}
 
 
@@ -137,9 +127,10 @@ def five_thousand_random_replies() -> None:
         sessions = []
         steps = 0
         while not server.commands.empty() and len(sessions) < 2000:
-            session = DebuggerSession(Transport(server.address, timeout=2, stream_timeout=5), _graph(), VALUES.get,
-                                      ms_version="2.10.0", progress_interval=30, sleep=lambda s: None,
-                                      reconnect_interval=1e-6, heartbeat_period=3600)
+            transport = Transport(server.address, timeout=2, stream_timeout=5)
+            session = DebuggerSession(transport, session_graph(), VALUES.get, ms_version="2.10.0",
+                                      progress_interval=30, sleep=lambda s: None, reconnect_interval=1e-6,
+                                      heartbeat_period=3600)
             sessions.append(session)
             try:
                 assert session.connect(timeout=2)
@@ -165,8 +156,8 @@ def five_thousand_random_replies() -> None:
 
 def test_a_view_over_the_byte_budget_is_answered_as_not_found():
     with FaultServer() as server:
-        session = DebuggerSession(Transport(server.address, timeout=2), _graph(), VALUES.get, ms_version="2.10.0",
-                                  max_view_bytes=60, sleep=lambda s: None)
+        session = DebuggerSession(Transport(server.address, timeout=2), session_graph(), VALUES.get,
+                                  ms_version="2.10.0", max_view_bytes=60, sleep=lambda s: None)
         try:
             assert session.connect()
             request = graph_pb.TensorProto(node_name=NAMES[0], slot="0", truncate=True)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
+
+from msdebug_hooks.compare.bisect_runs import stop_tree
 
 from mindinsight_server import free_port  # msrun's scheduler binds --master_port on 127.0.0.1
 
@@ -76,33 +77,6 @@ def run_msrun(script: Path, args: Sequence[str], workdir: Path, *, workers: int 
 
 
 def kill_job(pid: int) -> None:
-    """SIGKILL the process groups of ``pid``'s descendants (msrun's setsid workers), then ``pid``'s own group."""
-    for child in _descendants(pid):
-        _killpg(child)
-    _killpg(pid)
-
-
-def _killpg(pid: int) -> None:
-    try:
-        os.killpg(os.getpgid(pid), signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    """SIGKILL the process groups of ``pid``'s descendants (msrun's setsid workers), then ``pid``'s own group: the
+    package's own ``stop_tree``, which ``msdebug bisect`` uses on the jobs it starts."""
+    stop_tree(pid)

@@ -96,22 +96,17 @@ def test_every_rank_steps_unwatches_and_continues_after_a_hit_on_rank_1_through_
     assert job.result(0)["steps"] == job.result(1)["steps"] == list(range(1, 11))
 
 
-@pytest.mark.timeout(420, method="signal")
-def test_serve_with_two_ranks_drives_a_job_started_with_env_activation_only_past_its_hit(tmp_path):
-    with _server_on_two_consecutive_ports() as probe:     # two consecutive free ports, released for msdebug serve
-        port = probe.port
+def _serve_while_msrun_runs(tmp_path, port: int, serve_args: list, job_args: list):
+    """``msdebug serve --port PORT *serve_args`` in a process of its own while a two-rank msrun job of the launcher
+    runs with the debugger variables pointing at PORT; (the server's first line, its whole output, the job, its exit
+    code). The output is printed, so a failing assertion shows it. The server is always stopped."""
     env = fresh_env()
     env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), str(ROOT)])
-    commands = (f"watch tensor_overflow {LOSS}; continue; status; step 1; step 1; step 1; status; jobs; unwatch all; "
-                "continue; status; jobs; terminate")
-    serve = subprocess.Popen([sys.executable, "-m", "msdebug_hooks", "serve", "--port", str(port), "--ranks", "2",
-                              "--timeout", "240", "-c", commands],
+    serve = subprocess.Popen([sys.executable, "-m", "msdebug_hooks", "serve", "--port", str(port), *serve_args],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         hint = serve.stdout.readline()
-        assert f"listening on 127.0.0.1:{port},{port + 1}" in hint
-        assert f"ENABLE_MS_DEBUGGER=1 MS_DEBUGGER_HOST=127.0.0.1 MS_DEBUGGER_PORT={port}" in hint
-        job = run_msrun(_installed_launcher(tmp_path), JOB, tmp_path, timeout=360,
+        job = run_msrun(_installed_launcher(tmp_path), job_args, tmp_path, timeout=360,
                         env={"ENABLE_MS_DEBUGGER": "1", "MS_DEBUGGER_HOST": "127.0.0.1", "MS_DEBUGGER_PORT": str(port)})
         out, _ = serve.communicate(timeout=120)
     finally:
@@ -119,8 +114,21 @@ def test_serve_with_two_ranks_drives_a_job_started_with_env_activation_only_past
             serve.kill()
             serve.wait(30)
     out = hint + out
-    print(out)                                      # shown when an assertion below fails
-    assert serve.returncode == 1
+    print(out)
+    return hint, out, job, serve.returncode
+
+
+@pytest.mark.timeout(420, method="signal")
+def test_serve_with_two_ranks_drives_a_job_started_with_env_activation_only_past_its_hit(tmp_path):
+    with _server_on_two_consecutive_ports() as probe:     # two consecutive free ports, released for msdebug serve
+        port = probe.port
+    commands = (f"watch tensor_overflow {LOSS}; continue; status; step 1; step 1; step 1; status; jobs; unwatch all; "
+                "continue; status; jobs; terminate")
+    hint, out, job, serve_code = _serve_while_msrun_runs(tmp_path, port, ["--ranks", "2", "--timeout", "240", "-c",
+                                                                           commands], JOB)
+    assert f"listening on 127.0.0.1:{port},{port + 1}" in hint
+    assert f"ENABLE_MS_DEBUGGER=1 MS_DEBUGGER_HOST=127.0.0.1 MS_DEBUGGER_PORT={port}" in hint
+    assert serve_code == 1
     assert job.returncode == 0, job.describe() + out
     assert job.result(0)["steps"] == job.result(1)["steps"] == list(range(1, 11))
     for rank in (0, 1):
@@ -152,22 +160,7 @@ def test_serve_with_two_ranks_drives_a_job_started_with_env_activation_only_past
 def test_a_server_on_one_port_and_the_rank_that_finds_none_both_name_the_route_for_every_rank(tmp_path):
     with _server_on_two_consecutive_ports() as probe:
         port = probe.port                                # P + 1 stays free: nothing serves rank 1
-    env = fresh_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), str(ROOT)])
-    serve = subprocess.Popen([sys.executable, "-m", "msdebug_hooks", "serve", "--port", str(port), "-c",
-                              "status; terminate"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
-    try:
-        hint = serve.stdout.readline()
-        job = run_msrun(_installed_launcher(tmp_path), ["--batches", "6"], tmp_path, timeout=360,
-                        env={"ENABLE_MS_DEBUGGER": "1", "MS_DEBUGGER_HOST": "127.0.0.1", "MS_DEBUGGER_PORT": str(port)})
-        out, _ = serve.communicate(timeout=120)
-    finally:
-        if serve.poll() is None:
-            serve.kill()
-            serve.wait(30)
-    out = hint + out
-    print(out)
+    _, out, job, _ = _serve_while_msrun_runs(tmp_path, port, ["-c", "status; terminate"], ["--batches", "6"])
     assert job.returncode == 0, job.describe() + out
     assert "job 1 is rank 0 of a 2-rank job and this server serves one port" in out
     assert f"msdebug serve --port {port} --ranks 2 serves every rank" in out
