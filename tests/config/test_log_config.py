@@ -16,13 +16,10 @@ LOG_ENV_NAMES = (*LOG_VARIABLES, "GLOG_log_max", "VLOG_v", "RANK_ID", "OMPI_COMM
 
 @pytest.fixture
 def clean_log_env(monkeypatch):
-    """No logging variable set; os.environ restored afterwards (apply() writes to it directly)."""
-    saved = dict(os.environ)
+    """No logging variable set; what apply() writes is undone after the test by conftest's _isolated_environ."""
     for name in LOG_ENV_NAMES:
         monkeypatch.delenv(name, raising=False)
     yield monkeypatch
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 # -- levels -------------------------------------------------------------------------------------------------------

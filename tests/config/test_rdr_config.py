@@ -18,13 +18,10 @@ from msdebug_hooks.errors import ConfigError, ConfigErrors
 
 @pytest.fixture
 def no_rdr_env(monkeypatch):
-    """No MS_RDR_* set; os.environ restored afterwards (apply() writes to it directly)."""
-    saved = dict(os.environ)
+    """No MS_RDR_* set; what apply() writes is undone after the test by conftest's _isolated_environ."""
     for name in RDR_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     yield monkeypatch
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 def test_both_forms_of_the_seed_example():
