@@ -19,7 +19,7 @@ from msdebug_hooks import ConfigError, LossGuard, LossGuardError, StopAtStep
 
 pytestmark = pytest.mark.mindspore
 
-TESTS = ROOT / "tests"
+HELPERS = ROOT / "tests" / "helpers"      # _recording, for the rerun in a fresh process
 
 
 def make_linear_model():
@@ -208,7 +208,7 @@ def test_rerun_recipe_dumps_exactly_the_iteration_before_and_the_failing_one(tmp
         recorder = Recorder()
         model.train(2, make_dataset(num_batches=8, nan_batches={{4}}), callbacks=[{stop!r}, recorder])
         print("STEPS", recorder.steps)
-    """, env={"PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT / "examples"), str(ROOT)])})
+    """, env={"PYTHONPATH": os.pathsep.join([str(HELPERS), str(ROOT / "examples"), str(ROOT)])})
     assert "STEPS [1, 2, 3, 4, 5]" in proc.stdout
 
     iteration_dirs = {p.name: p for p in dump_dir.glob("rank_0/Net/*/*") if p.is_dir()}

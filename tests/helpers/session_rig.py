@@ -1,10 +1,9 @@
 """A debugger session against our in-process test server (real gRPC, real transport, no MindInsight): one Dense
-weight and a loss, the values the session reads, and the commands a server sends. The fixtures are offered to
-tests/debugger/ by its conftest."""
+weight and a loss, the values the session reads, and the commands a server sends. tests/debugger/conftest.py makes
+fixtures of them."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from msdebug_hooks.debugger.graph import DebugGraph, GraphParameter
 from msdebug_hooks.debugger.session import DebuggerSession
@@ -39,26 +38,15 @@ class Values(dict):
         return self.get(name)
 
 
-@pytest.fixture
-def server():
-    """Our in-process test server, stopped after the test."""
-    with DebugTestServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def values():
+def session_values() -> Values:
     """The weight and the loss the session reads."""
     return Values({"fc.weight": np.full((2, 3), 0.5, np.float32), LOSS_NODE: np.float32(2.5)})
 
 
-@pytest.fixture
-def session(server, values):
-    """A session connected to ``server`` through a real transport; closed after the test."""
-    s = DebuggerSession(Transport(server.address, timeout=5), session_graph(), values, ms_version="2.10.0",
-                        progress_interval=0.2, sleep=lambda s: None)
-    yield s
-    s.close()
+def new_session(server: DebugTestServer, values: Values) -> DebuggerSession:
+    """A session connected to ``server`` through a real transport (the caller closes it)."""
+    return DebuggerSession(Transport(server.address, timeout=5), session_graph(), values, ms_version="2.10.0",
+                           progress_interval=0.2, sleep=lambda s: None)
 
 
 def run_cmd(steps: int = 1) -> pb.EventReply:
