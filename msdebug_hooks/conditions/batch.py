@@ -18,7 +18,7 @@ from typing import Any, Collection, Iterable, Sequence
 import numpy as np
 
 from msdebug_hooks.conditions._dtypes import bfloat16_to_float32, chunk_elements, dtype_text, flat_kind
-from msdebug_hooks.conditions.kept import kept_view
+from msdebug_hooks.conditions.kept import kept_views
 from msdebug_hooks.conditions.state import BatchTotals, Segments, group_bounds
 from msdebug_hooks.conditions.statistics_engine import current_engine
 from msdebug_hooks.conditions.tensor_statistics import BASIC_STATISTICS, SMALL_TENSOR, TensorStatistics
@@ -62,8 +62,7 @@ def batch_totals(values: Sequence[Any], previous: Sequence[Any] | None = None,
     prevs = one_per_value("previous", previous, len(values))
     targets = one_per_value("keep_into", keep_into, len(values))
     field_name = "previous" if keep_into is previous else "keep_into"
-    keep = [kept_view(v, t, f"{field_name}[{i}]") if t is not None else None
-            for i, (v, t) in enumerate(zip(values, targets))]
+    keep = kept_views(values, targets, field_name)
     flats = [flat_kind(value, bfloat16=bfloat16) for value in values]   # raises before any work or copy
     wants_previous = request.wants_previous
     engine = current_engine()

@@ -15,7 +15,7 @@ from msdebug_hooks.conditions._dtypes import UnsupportedDtypeError
 from msdebug_hooks.conditions.batch import batch_totals, compute_statistics_batch
 from msdebug_hooks.conditions.conditions import Condition, ConditionResult
 from msdebug_hooks.conditions.judging import judging_rules, reportable_pairs
-from msdebug_hooks.conditions.kept import kept_view
+from msdebug_hooks.conditions.kept import kept_views
 from msdebug_hooks.conditions.rules import JudgingRule
 from msdebug_hooks.conditions.state import BatchTotals
 from msdebug_hooks.conditions.statistics_engine import current_engine
@@ -166,8 +166,7 @@ def _one_by_one(conditions: Sequence[Condition], values: list, prevs: list,
     if targets is not None and len(targets) != len(values):
         raise ConfigError("keep_into", f"{len(targets)} entries", f"one entry per value ({len(values)})")
     field_name = "previous" if targets is prevs else "keep_into"
-    keep = [kept_view(v, t, f"{field_name}[{i}]") if targets is not None and t is not None else None
-            for i, (v, t) in enumerate(zip(values, targets or [None] * len(values)))]
+    keep = kept_views(values, targets, field_name)
     results = [check_many(conditions, v, p) for v, p in zip(values, prevs)]
     for value, target in zip(values, keep):
         if target is not None:

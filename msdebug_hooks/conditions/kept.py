@@ -5,7 +5,7 @@ all must refuse the same ones, before anything is computed or copied, with the s
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -23,3 +23,12 @@ def kept_view(value: Any, previous: Any, field_name: str = "previous") -> np.nda
         raise ConfigError(field_name, got, f"with keep_previous=True, a writable C-contiguous {arr.dtype} array of "
                                            f"{arr.size} elements to copy the value into")
     return previous.reshape(-1)
+
+
+def kept_views(values: Sequence[Any], targets: Sequence[Any] | None, field_name: str) -> list[np.ndarray | None]:
+    """``kept_view`` of each value into its target, named ``field_name[i]`` (None where the target is None, or
+    everywhere without targets): every buffer is checked before any is filled."""
+    if targets is None:
+        return [None] * len(values)
+    return [None if t is None else kept_view(v, t, f"{field_name}[{i}]")
+            for i, (v, t) in enumerate(zip(values, targets))]

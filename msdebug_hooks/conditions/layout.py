@@ -26,7 +26,7 @@ import numpy as np
 from msdebug_hooks.conditions._dtypes import KIND_BY_DTYPE, dtype_text, work_dtype
 from msdebug_hooks.conditions._engine import array_address
 from msdebug_hooks.conditions.compiled import NOWHERE, int_view, native, pass_mode, range_bounds, tolerance_array
-from msdebug_hooks.conditions.kept import kept_view
+from msdebug_hooks.conditions.kept import kept_views
 from msdebug_hooks.conditions.rules import JudgingRule, RuleTables, compiled_rules
 from msdebug_hooks.conditions.state import BatchTotals, Descriptions, State, group_bounds
 from msdebug_hooks.conditions.tensor_statistics import SMALL_TENSOR, UPDATE_RATIO_EPSILON
@@ -135,8 +135,7 @@ class PreparedLayout:
         self.lock = threading.Lock()
         # the keep buffers are the caller's: only weak references here, so a cached layout never keeps a finished
         # session's copies (possibly the size of the model) alive; ``fill`` takes them from the call
-        keep = [None if t is None else kept_view(v, t, f"keep_into[{i}]")
-                for i, (v, t) in enumerate(zip(values, targets or [None] * len(values)))]
+        keep = kept_views(values, targets, "keep_into")
         self.targets = None if targets is None else [None if t is None else weakref.ref(t) for t in targets]
         self.mode = pass_mode(k, request.needed)
         self.tolerance_array = tolerance_array(tolerances)
