@@ -24,7 +24,7 @@ import numpy as np
 from msdebug_hooks.compare.layouts import pytorch_style_name, transform_between
 from msdebug_hooks.compare.name_rules import NameMapping, NameRule, suggest_rules
 from msdebug_hooks.compare.naming import PYTORCH_ONLY_SUFFIXES
-from msdebug_hooks.compare.state_conversion import _rule_names, as_array
+from msdebug_hooks.compare.state_conversion import _overrides, _rule_names, as_array
 from msdebug_hooks.errors import ConfigError
 
 BY_MAPPING, BY_NAME, BY_STRUCTURE = "mapping", "name", "structure"
@@ -93,13 +93,7 @@ def pair_parameters(state: Mapping[str, np.ndarray], cell: Any,
     params = list(cell.parameters_and_names())
     shapes = {param.name: tuple(param.shape) for _, param in params}
     by_rule = _rule_names(cell)
-    overrides = {ms: torch for torch, ms in (mapping or {}).items()}
-    lookup = getattr(mapping, "lookup", None)
-    if lookup is not None and getattr(mapping, "rules", None):
-        for torch_name in state:
-            target = lookup(torch_name)
-            if target is not None:
-                overrides.setdefault(target, torch_name)
+    overrides = _overrides(state, mapping)
     copy = WeightCopy()
     taken: set = set()
     left: list = []

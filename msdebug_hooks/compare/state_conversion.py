@@ -71,8 +71,9 @@ def _rule_names(network: Any) -> dict:
 
 
 def _overrides(torch_state: Mapping[str, Any], mapping: Optional[Mapping[str, str]]) -> dict:
-    """MindSpore name -> PyTorch name from the user's mapping (PyTorch name -> MindSpore name, rules included)."""
-    if not mapping:
+    """MindSpore name -> PyTorch name from the user's mapping (PyTorch name -> MindSpore name, rules included; a
+    mapping of rules only has no pairs, so it is not skipped as empty)."""
+    if mapping is None:
         return {}
     overrides = {ms_name: torch_name for torch_name, ms_name in mapping.items()}
     lookup = getattr(mapping, "lookup", None)

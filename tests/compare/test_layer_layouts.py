@@ -122,6 +122,14 @@ def test_convert_torch_state_takes_torch_tensors_and_a_name_mapping():
     assert converted["enc.conv.weight"].dtype == np.float32 and converted["enc.conv.weight"].shape == (2, 1, 1, 3)
 
 
+def test_convert_torch_state_reads_a_mapping_of_rules_only():
+    from msdebug_hooks.compare.name_rules import NameMapping
+
+    mapping = NameMapping({}, rules=[("blocks.*", "layers.*")])
+    converted = convert_torch_state({"blocks.0.weight": np.ones(2, np.float32)}, {"layers.0.weight": (2,)}, mapping)
+    assert list(converted) == ["layers.0.weight"] and converted["layers.0.weight"].tolist() == [1.0, 1.0]
+
+
 def test_torch_recorder_selection_keeps_multihead_attention_whole():
     torch = pytest.importorskip("torch")
     from msdebug_hooks.compare.layer_selection import select_layers
