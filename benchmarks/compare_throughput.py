@@ -222,26 +222,20 @@ def main(argv=None) -> int:
     base = Path(tempfile.mkdtemp(prefix="compare_bench_", dir=args.dir))
     rows, notes, profiles = [], [], {}
     try:
-        if "layers" in args.parts:
-            pair = synthetic_pair.layer_captures(base / "captures", int(args.size_gb * 1e9), smallest=smallest,
-                                                 largest=largest)
-            argv_layers = ["compare-layers", str(pair.a), str(pair.b)]
-            rows.append(measure(f"compare-layers, {len(pair.files_a)} records a side", list(zip(pair.files_a,
-                                                                                               pair.files_b)),
-                                argv_layers, args.repeats))
-            notes.append(f"compare-layers {check_layers(pair)}")
-            profiles["compare-layers"] = profile(argv_layers, 8)
-            shutil.rmtree(base / "captures")
-        if "dumps" in args.parts:
-            pair = synthetic_pair.sync_dumps(base / "dumps", int(args.size_gb * 1e9), smallest=smallest,
-                                             largest=largest)
-            argv_dumps = ["compare-dumps", str(pair.a), str(pair.b), "--no-progress"]
-            rows.append(measure(f"compare-dumps, {len(pair.files_a)} files a side", list(zip(pair.files_a,
-                                                                                            pair.files_b)),
-                                argv_dumps, args.repeats))
-            notes.append(f"compare-dumps {check_dumps(pair)}")
-            profiles["compare-dumps"] = profile(argv_dumps, 8)
-            shutil.rmtree(base / "dumps")
+        # the generated pairs: (part, generator, folder, what a side holds, check, extra command arguments)
+        for part, generate, folder, unit, check, extra in (
+                ("layers", synthetic_pair.layer_captures, "captures", "records", check_layers, []),
+                ("dumps", synthetic_pair.sync_dumps, "dumps", "files", check_dumps, ["--no-progress"])):
+            if part not in args.parts:
+                continue
+            command = f"compare-{part}"
+            pair = generate(base / folder, int(args.size_gb * 1e9), smallest=smallest, largest=largest)
+            argv_part = [command, str(pair.a), str(pair.b), *extra]
+            rows.append(measure(f"{command}, {len(pair.files_a)} {unit} a side",
+                                list(zip(pair.files_a, pair.files_b)), argv_part, args.repeats))
+            notes.append(f"{command} {check(pair)}")
+            profiles[command] = profile(argv_part, 8)
+            shutil.rmtree(base / folder)
         if "lenet" in args.parts:
             from msdebug_hooks.compare.dumps import DumpComparer
 

@@ -207,8 +207,8 @@ class LogConfig:
             raise ConfigError(field, value, "a mapping of submodule name to level, e.g. {'PARSER': 'WARNING'}")
         errors: List[ConfigError] = []
         levels: Dict[str, int] = {}
+        known = log_submodules()   # the installed MindSpore's (2.7-2.9 lack HYPER_OFFLOAD)
         for name, level in value.items():
-            known = log_submodules()   # the installed MindSpore's (2.7-2.9 lack HYPER_OFFLOAD)
             if not isinstance(name, str) or name not in known:
                 hint = did_you_mean(str(name), known)
                 errors.append(ConfigError(
