@@ -189,7 +189,7 @@ def test_compiled_marks_cover_every_pair_the_array_judging_reports():
     """A prepared layout judges with one compiled call (``_step_kernels.mark_reportable``) that must mark every pair
     ``judging.reportable_pairs`` marks (it may add pairs next to a limit: their exact evaluation decides), on random
     batches of every condition class with NaN/Inf, empty tensors and missing or mismatched previous values."""
-    from test_find_hits import random_batch
+    from random_watch_work import random_batch
 
     from msdebug_hooks.conditions import judging
     from msdebug_hooks.conditions.checks import _batch_plan
