@@ -123,10 +123,7 @@ class DebuggerCallback(Callback):
         self._dump: Optional[DumpTensorSource] = None
         if source == "dump":   # validated now; configured in on_train_begin, before the first compile
             self._dump = DumpTensorSource(dump_dir=dump_dir, kernels=tuple(dump_kernels))
-        if settings is None:
-            settings = _ARGUMENT_DEFAULTS
-            host = _ARGUMENT_DEFAULTS.host if host is None else host
-            port = _ARGUMENT_DEFAULTS.port if port is None else port
+        settings = _ARGUMENT_DEFAULTS if settings is None else settings
         address = {name: value for name, value in (("host", host), ("port", port)) if value is not None}
         self.settings: DebuggerSettings = settings.with_options(**address, **options)
         self.session: Optional[DebuggerSession] = None

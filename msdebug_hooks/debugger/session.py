@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, Union
 
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
-from msdebug_hooks.wire.protocol import FREE_RUN_LEVEL, WATCH_NODE
+from msdebug_hooks.wire.protocol import FREE_RUN_LEVEL, NODE_LEVEL, RECHECK_LEVEL, STEP_LEVEL, WATCH_NODE
 from msdebug_hooks.debugger.free_run import FreeRun
 from msdebug_hooks.debugger.graph import DebugGraph
 from msdebug_hooks.debugger.interrupt import sigint_raises
@@ -159,17 +159,17 @@ class DebuggerSession(SessionLink):
 
     # -- the command handlers -----------------------------------------------------------------------------------
     def _on_run(self, cmd: pb.RunCMD) -> Optional[Decision]:
-        if cmd.run_level == "recheck":
+        if cmd.run_level == RECHECK_LEVEL:
             self._send_hits(self.table.check(initial=self._initial, step_end=True))
             return None
         if cmd.run_level == FREE_RUN_LEVEL:
             self._leave_suspension()
             self._start_free_run(cmd.run_steps)
             return Decision.RUN
-        if cmd.run_level == "node":
-            self._warn_once("node", "debugger: 'next node' / 'run to node' needs kernel-level hooks; a Python "
+        if cmd.run_level == NODE_LEVEL:
+            self._warn_once(NODE_LEVEL, "debugger: 'next node' / 'run to node' needs kernel-level hooks; a Python "
                                     "client stops at step ends only, so training runs to the end of this step")
-        elif cmd.run_level != "step":
+        elif cmd.run_level != STEP_LEVEL:
             self._warn_once(cmd.run_level, f"debugger: unknown run level {cmd.run_level!r}; running one step")
         self._leave_suspension()
         return Decision.RUN

@@ -60,11 +60,11 @@ def _host_shape(field: str, host: object) -> str:
 
 def _check_host(field: str, host: object, port: int = DEFAULT_PORT) -> Optional[ConfigError]:
     try:
-        _host_shape(field, host)
+        name = _host_shape(field, host)
     except ConfigError as exc:
         return exc
     try:
-        socket.getaddrinfo(str(host).strip(), port, type=socket.SOCK_STREAM)
+        socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         return ConfigError(field, host, _HOST_ALLOWED, detail=f"it does not resolve: {exc}")
     return None

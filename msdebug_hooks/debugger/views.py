@@ -10,6 +10,7 @@ import numpy as np
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.wire.dtypes import data_type, wire_array
+from msdebug_hooks.wire.protocol import PREVIOUS_STEP
 
 __all__ = ["lookup_key", "tensor_value_answer", "base_answer", "stats_answer"]
 
@@ -18,7 +19,7 @@ def lookup_key(request: graph_pb.TensorProto) -> tuple[str, str, bool]:
     """(name, slot, previous) to look a requested tensor up by. Parameters and consts come with ``truncate``: they
     are known by the last component of their scoped name, as MindSpore's client looked them up."""
     name = request.node_name.rsplit("/", 1)[-1] if request.truncate else request.node_name
-    return name, request.slot or "0", request.iter == "prev"
+    return name, request.slot or "0", request.iter == PREVIOUS_STEP
 
 
 def _echo(request: graph_pb.TensorProto) -> graph_pb.TensorProto:

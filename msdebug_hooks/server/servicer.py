@@ -51,8 +51,7 @@ class _Servicer:
 
     def SendMetadata(self, data: bytes, context) -> pb.EventReply:
         request = _parse(pb.Metadata, data, "SendMetadata")
-        job = self.connections.job_for(context.peer(), self.port, "SendMetadata",
-                                   create=not request.training_done)
+        job = self.connections.job_for(context.peer(), self.port, "SendMetadata", create=not request.training_done)
         if job is None:
             return commands.ok()
         return job.on_metadata(request)

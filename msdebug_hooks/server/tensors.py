@@ -15,6 +15,7 @@ import numpy as np
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.wire.dtypes import numpy_dtype
+from msdebug_hooks.wire.protocol import PREVIOUS_STEP
 
 __all__ = ["ReceivedTensor", "TensorStats", "assemble", "stats_from_summary", "MAX_TENSOR_BYTES"]
 
@@ -66,7 +67,7 @@ def assemble(pieces: Iterable[graph_pb.TensorProto]) -> list[ReceivedTensor]:
             value, problem = None, f"larger than {MAX_TENSOR_BYTES} bytes: not kept"
         else:
             value, problem = _to_array(piece, content)
-        tensors.append(ReceivedTensor(piece.node_name, piece.slot or "0", piece.iter == "prev", value, problem))
+        tensors.append(ReceivedTensor(piece.node_name, piece.slot or "0", piece.iter == PREVIOUS_STEP, value, problem))
         content, oversize = bytearray(), False
     return tensors
 

@@ -18,8 +18,8 @@ from typing import Optional, Sequence
 from msdebug_hooks.compare.bisect_runs import stop_tree
 
 from mindinsight_server import free_port  # msrun's scheduler binds --master_port on 127.0.0.1
+from project import EXAMPLES, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent          # msrun and the python the workers must run
 RESULT_TAG = "MSDEBUG_RESULT "
 
@@ -56,7 +56,7 @@ def run_msrun(script: Path, args: Sequence[str], workdir: Path, *, workers: int 
     log_dir = workdir / "msrun_logs"
     full_env = dict(os.environ)
     full_env["PATH"] = f"{VENV_BIN}{os.pathsep}{full_env.get('PATH', '')}"
-    full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "examples"), str(ROOT), full_env.get("PYTHONPATH", "")])
+    full_env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), str(ROOT), full_env.get("PYTHONPATH", "")])
     full_env.update(env or {})
     command = [str(VENV_BIN / "msrun"), f"--worker_num={workers}", f"--local_worker_num={workers}",
                f"--master_port={free_port()}", "--join=True", f"--log_dir={log_dir}", "--cluster_time_out=90",
