@@ -1,27 +1,33 @@
-"""Settings a port must translate, read from both models before anything runs: the layout table's conventions, checked.
+"""Settings a port must translate, read from both models before anything runs, compared by what each layer is.
 
-The layout table (:mod:`msdebug_hooks.compare.layouts`) writes down where MindSpore and PyTorch mean different
-things by the same argument or default differently. For each pair of layers (MindSpore cell, PyTorch module, paired
-by the weight copy's module map or by name) these are compared:
+For each pair of layers (a MindSpore cell and the PyTorch module the weight copy's module map pairs it with), both
+are resolved to the built-in layer they are, through their classes' method resolution order (``isinstance``: timm's
+``LayerNorm``, a subclass of ``torch.nn.LayerNorm``, is a LayerNorm; mindcv's ``Dropout`` a ``mindspore.nn.Dropout``).
+Then:
 
-* **BatchNorm momentum**: MindSpore's ``momentum`` argument weighs the running value, PyTorch's the new batch; the
-  cell keeps ``1 - momentum`` as ``cell.momentum`` (MindSpore 2.10, ``nn/layer/normalization.py``), which must
-  equal PyTorch's. PyTorch's ``momentum=None`` (a cumulative average) has no MindSpore counterpart.
-* **epsilon** of BatchNorm, LayerNorm (MindSpore's default 1e-7, PyTorch's 1e-5) and GroupNorm;
-* **GELU** ``approximate`` (MindSpore's default is the tanh form, PyTorch's the exact erf form);
-* **LeakyReLU** slope (MindSpore's ``alpha`` defaults to 0.2, PyTorch's ``negative_slope`` to 0.01);
-* **Dropout** ``p``;
-* the **layer type** itself, when both classes are in the table and are different layers (a ReLU ported as GELU).
+* the **layer type**: both are layers of the layout table (:mod:`.layouts`) or of the setting families
+  (:mod:`.layer_settings`) but different ones (a ReLU ported as a GELU, a max pooling as an average pooling);
+* every **setting** both sides' readers return (:mod:`.layer_settings`, :mod:`.spatial_settings`): epsilon,
+  momentum (MindSpore's weighs the running value), padding (``pad_mode`` against ``padding``, by the zeros added),
+  ``padding_mode``, the pooling stride (MindSpore's defaults to 1, PyTorch's to the kernel size), ``ceil_mode``,
+  ``count_include_pad``, GELU's form, dropout's ``p`` (``keep_prob``), LeakyReLU's slope, ``align_corners``, the
+  softmax axis, ... compared by meaning, never by spelling.
 
-A finding names the MindSpore layer, both values and the argument that fixes it. Nothing here runs a model.
+A finding names the MindSpore layer, the value on each side as that framework spells it and the MindSpore argument
+that gives PyTorch's meaning. Nothing here runs a model.
 """
 from __future__ import annotations
 
-import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from msdebug_hooks.compare.layouts import layout_of
+from msdebug_hooks.compare.layer_settings import dropout_p, family_of
+from msdebug_hooks.compare.layouts import LAYOUTS, LayerLayout, layout_of
+from msdebug_hooks.compare.setting_rules import builtin_class, same_value
+
+_LAYOUT_NAMES = {"mindspore": frozenset(n for layout in LAYOUTS for n in layout.mindspore),
+                 "pytorch": frozenset(n for layout in LAYOUTS for n in layout.pytorch)}
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,7 @@ class ConventionFinding:
 
     layer: str          # MindSpore layer name
     torch_layer: str    # PyTorch module name
-    setting: str        # "momentum", "eps", "approximate", "negative_slope", "p", "type"
+    setting: str        # "momentum", "eps", "padding", "stride", "approximate", "p", ..., or "type"
     value_mindspore: Any
     value_pytorch: Any
     message: str
@@ -45,96 +51,60 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
 
 
-def _close(a: Optional[float], b: Optional[float]) -> bool:
-    return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-12)
+def _layout(layer: Any, framework: str) -> tuple:
+    cls = builtin_class(layer, framework, _LAYOUT_NAMES[framework])
+    return (None, None) if cls is None else (layout_of(framework, cls.__name__), cls.__name__)
 
 
-def _bn_cell(cell: Any) -> Any:
-    return getattr(cell, "bn2d", cell)  # MindSpore 2.10's BatchNorm3d holds a BatchNorm2d named bn2d
+def _what(layer: Any, kind: str, package: str) -> str:
+    """The class name, and the built-in it extends when it is a subclass (``MyLN (a torch.nn.LayerNorm)``)."""
+    name = type(layer).__name__
+    return name if name == kind and type(layer).__module__.startswith(package) else f"{name} (a {package}{kind})"
 
 
-def _batchnorm(name: str, tname: str, cell: Any, module: Any) -> list:
+def _fix(port: str) -> str:
+    return f"pass {port}" if re.match(r"[A-Za-z_]\w*=", port) else port
+
+
+def _type_finding(name: str, tname: str, cell: Any, module: Any, kinds: tuple) -> ConventionFinding:
+    what_ms, what_pt = _what(cell, kinds[0], "mindspore.nn."), _what(module, kinds[1], "torch.nn.")
+    return ConventionFinding(name, tname, "type", kinds[0], kinds[1],
+                             f"{name}: the layer differs: MindSpore has {what_ms}, PyTorch {what_pt} ({tname})")
+
+
+def _differing(name: str, tname: str, cell: Any, module: Any) -> list:
+    """The setting findings of one pair of layers of the same family."""
+    family, kind_ms = family_of(cell, "mindspore")
+    _, kind_pt = family_of(module, "pytorch")
+    ours, theirs = family.read_mindspore(cell, kind_ms), family.read_pytorch(module, kind_pt)
+    subclass = [text for text in (_what(cell, kind_ms, "mindspore.nn."), _what(module, kind_pt, "torch.nn."))
+                if "(a " in text]
     found = []
-    inner = _bn_cell(cell)
-    new_weight = getattr(inner, "momentum", None)  # 1 - the momentum argument (MindSpore 2.10)
-    torch_momentum = getattr(module, "momentum", None)
-    if new_weight is not None and torch_momentum is None:
-        found.append(ConventionFinding(name, tname, "momentum", 1 - new_weight, None,
-                                       f"{name}: PyTorch's momentum=None (a cumulative average of every batch) has "
-                                       f"no MindSpore counterpart; running statistics will differ"))
-    elif new_weight is not None and not _close(new_weight, torch_momentum):
-        argument = round(1 - new_weight, 10)
-        found.append(ConventionFinding(
-            name, tname, "momentum", argument, torch_momentum,
-            f"{name}: BatchNorm momentum={argument:g} in MindSpore weighs the running value, so it is PyTorch's "
-            f"{1 - argument:g}; the reference has momentum={torch_momentum:g}: pass momentum="
-            f"{round(1 - torch_momentum, 10):g} (1 - PyTorch's)"))
-    found += _eps(name, tname, getattr(inner, "eps", None), getattr(module, "eps", None), "eps")
+    for setting, mine in ours.items():
+        other = theirs.get(setting)
+        if other is None or same_value(mine.meaning, other.meaning):
+            continue
+        note = family.note(setting)
+        message = (f"{name}: {family.name} {setting}: {mine.shown} in MindSpore, {other.shown} in PyTorch: "
+                   f"{_fix(other.port)}" + (f" ({note})" if note else "")
+                   + (f" [{'; '.join(subclass)}]" if subclass else ""))
+        found.append(ConventionFinding(name, tname, setting, mine.meaning, other.meaning, message))
     return found
 
 
-def _eps(name: str, tname: str, ms_value: Optional[float], torch_value: Optional[float], argument: str) -> list:
-    if ms_value is None or torch_value is None or _close(ms_value, torch_value):
+def check_pair(name: str, tname: str, cell: Any, module: Any) -> list:
+    """The findings of one MindSpore layer and its PyTorch module: a type finding, or the settings that differ."""
+    layout_ms, kind_ms = _layout(cell, "mindspore")
+    layout_pt, kind_pt = _layout(module, "pytorch")
+    if isinstance(layout_ms, LayerLayout) and isinstance(layout_pt, LayerLayout) and layout_ms is not layout_pt:
+        return [_type_finding(name, tname, cell, module, (kind_ms, kind_pt))]
+    family_ms, kind_ms = family_of(cell, "mindspore")
+    family_pt, kind_pt = family_of(module, "pytorch")
+    if family_ms is None or family_pt is None:
         return []
-    return [ConventionFinding(name, tname, "eps", ms_value, torch_value,
-                              f"{name}: epsilon {ms_value:g} in MindSpore, {torch_value:g} in PyTorch: pass "
-                              f"{argument}={torch_value:g}")]
-
-
-def _layernorm(name: str, tname: str, cell: Any, module: Any) -> list:
-    return _eps(name, tname, getattr(cell, "epsilon", None), getattr(module, "eps", None), "epsilon")
-
-
-def _groupnorm(name: str, tname: str, cell: Any, module: Any) -> list:
-    return _eps(name, tname, getattr(cell, "eps", None), getattr(module, "eps", None), "eps")
-
-
-def _gelu(name: str, tname: str, cell: Any, module: Any) -> list:
-    ms_form, torch_form = getattr(cell, "approximate", None), getattr(module, "approximate", None)
-    if ms_form is None or torch_form is None or ms_form == torch_form:
-        return []
-    fix = "approximate=False" if torch_form == "none" else "approximate=True"
-    return [ConventionFinding(name, tname, "approximate", ms_form, torch_form,
-                              f"{name}: GELU computes the {ms_form!r} form in MindSpore, {torch_form!r} in PyTorch: "
-                              f"pass {fix}")]
-
-
-def _leaky_relu(name: str, tname: str, cell: Any, module: Any) -> list:
-    alpha, slope = getattr(cell, "alpha", None), getattr(module, "negative_slope", None)
-    if alpha is None or slope is None or _close(alpha, slope):
-        return []
-    return [ConventionFinding(name, tname, "negative_slope", alpha, slope,
-                              f"{name}: LeakyReLU slope {alpha:g} in MindSpore (alpha), {slope:g} in PyTorch "
-                              f"(negative_slope): pass alpha={slope:g}")]
-
-
-def dropout_p(layer: Any) -> Optional[float]:
-    """A dropout layer's drop probability, MindSpore (``p``, or ``1 - keep_prob``) or PyTorch (``p``)."""
-    p = getattr(layer, "p", None)
-    if p is None and getattr(layer, "keep_prob", None) is not None:
-        p = 1.0 - float(layer.keep_prob)
-    return None if p is None else float(p)
-
-
-def _dropout(name: str, tname: str, cell: Any, module: Any) -> list:
-    p_ms, p_torch = dropout_p(cell), dropout_p(module)
-    if p_ms is None or p_torch is None or _close(p_ms, p_torch):
-        return []
-    return [ConventionFinding(name, tname, "p", p_ms, p_torch,
-                              f"{name}: Dropout p={p_ms:g} in MindSpore, {p_torch:g} in PyTorch: pass p={p_torch:g}")]
-
-
-_CHECKS: dict = {"BatchNorm1d/2d": _batchnorm, "BatchNorm3d": _batchnorm, "LayerNorm": _layernorm,
-                 "GroupNorm": _groupnorm, "GELU": _gelu, "LeakyReLU": _leaky_relu}
-
-
-def _check_for(cell: Any, module: Any) -> Optional[Callable]:
-    if type(cell).__name__ == "Dropout" and type(module).__name__ == "Dropout":
-        return _dropout
-    layout = layout_of("mindspore", type(cell).__name__)
-    if layout is None or layout is not layout_of("pytorch", type(module).__name__):
-        return None
-    return _CHECKS.get(layout.layer)
+    if family_ms is not family_pt:
+        return [_type_finding(name, tname, cell, module, (kind_ms, kind_pt))]
+    return _differing(name, tname, cell, module)
 
 
 def check_conventions(cell: Any, torch_module: Any, torch_name: Callable[[str], str]) -> list:
@@ -143,20 +113,13 @@ def check_conventions(cell: Any, torch_module: Any, torch_name: Callable[[str], 
     modules = dict(torch_module.named_modules())
     findings: list = []
     for name, cell_layer in cell.cells_and_names():
-        if not name or not type(cell_layer).__module__.startswith("mindspore.nn"):
+        if not name:
             continue
         tname = torch_name(name)
-        module = modules.get(tname)
-        if module is None or not type(module).__module__.startswith("torch.nn"):
-            continue
-        layout_ms = layout_of("mindspore", type(cell_layer).__name__)
-        layout_torch = layout_of("pytorch", type(module).__name__)
-        if layout_ms is not None and layout_torch is not None and layout_ms is not layout_torch:
-            findings.append(ConventionFinding(name, tname, "type", type(cell_layer).__name__, type(module).__name__,
-                                              f"{name}: a {type(cell_layer).__name__} in MindSpore where PyTorch has "
-                                              f"a {type(module).__name__} ({tname})"))
-            continue
-        check = _check_for(cell_layer, module)
-        if check is not None:
-            findings += check(name, tname, cell_layer, module)
+        module: Optional[Any] = modules.get(tname)
+        if module is not None:
+            findings += check_pair(name, tname, cell_layer, module)
     return findings
+
+
+__all__ = ["ConventionFinding", "check_conventions", "check_pair", "dropout_p"]
