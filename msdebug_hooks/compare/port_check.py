@@ -35,6 +35,7 @@ from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, resolve_lo
                                             run_mindspore, run_torch)
 from msdebug_hooks.compare.port_tree import layer_errors, record_layer, source_line, tree_lines
 from msdebug_hooks.compare.port_weights import WeightCopy, copy_into, pair_parameters, torch_state
+from msdebug_hooks.compare.weight_origin import weight_origin
 from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.validation import real_number, whole_number
 
@@ -324,28 +325,6 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
     if finding is not None and finding.kind == attribution.PARAMETER_FINDING and finding.entry.name in copy.pairs:
         check.origin = weight_origin(run_a.before[finding.entry.name], state, copy.pairs[finding.entry.name])
     return check
-
-
-def weight_origin(value: np.ndarray, state: Mapping[str, np.ndarray], torch_name: str) -> Optional[str]:
-    """Where a MindSpore weight that differs from its PyTorch partner came from: that tensor transposed, or another
-    PyTorch tensor (two weights swapped by a converter). None when its value is found nowhere."""
-    own = state[torch_name]
-
-    def same(candidate: np.ndarray) -> bool:
-        a, b, _ = one_layout(np.asarray(value), candidate)
-        return a.shape == b.shape and np.allclose(a, b, rtol=1e-6, atol=1e-8)
-
-    if own.ndim == 2 and same(own.T):
-        return f"its value is PyTorch's {torch_name} transposed: the conversion transposed it"
-    if np.ptp(value) == 0:
-        return None  # a constant (a fresh bias) proves nothing
-    for name, candidate in state.items():
-        if name != torch_name and candidate.size == own.size:
-            if same(candidate):
-                return f"its value is PyTorch's {name}: the conversion put that tensor under {torch_name}'s name"
-            if candidate.ndim == 2 and same(candidate.T):
-                return f"its value is PyTorch's {name} transposed"
-    return None
 
 
 def _mark(check: PortCheck, cell: Any, torch_module: Any) -> None:

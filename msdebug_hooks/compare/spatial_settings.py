@@ -131,7 +131,8 @@ def _conv_pytorch(module: Any, kind: str) -> dict:
         " before it and pass pad_mode='valid'"
     found["padding_mode"] = Reading(mode, f"padding_mode={mode!r}", how)
     pads = _torch_pads(module.padding, kernel, dilation, nd)
-    reading = _pad_reading(pads, f"padding={module.padding!r}")
+    shown = f"padding={module.padding!r}" if isinstance(module.padding, str) else _pad_text(pads)
+    reading = _pad_reading(pads, shown)
     if reading is not None and mode == "zeros":  # other modes: the port pads in a layer of its own
         found["padding"] = reading
     if getattr(module, "transposed", False):
@@ -182,7 +183,7 @@ def _pool_pytorch(module: Any, kind: str) -> dict:
              "ceil_mode": Reading(bool(module.ceil_mode), f"ceil_mode={bool(module.ceil_mode)}",
                                   f"pad_mode='pad', ceil_mode={bool(module.ceil_mode)}")}
     pads = _torch_pads(module.padding, kernel, (1,) * nd, nd)
-    reading = _pad_reading(pads, f"padding={module.padding!r}", per_side=False)
+    reading = _pad_reading(pads, _pad_text(pads), per_side=False)
     if reading is not None:
         found["padding"] = reading
     if kind.startswith("Max"):
