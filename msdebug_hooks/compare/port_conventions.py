@@ -57,9 +57,14 @@ def _layout(layer: Any, framework: str) -> tuple:
 
 
 def _what(layer: Any, kind: str, package: str) -> str:
-    """The class name, and the built-in it extends when it is a subclass (``MyLN (a torch.nn.LayerNorm)``)."""
-    name = type(layer).__name__
-    return name if name == kind and type(layer).__module__.startswith(package) else f"{name} (a {package}{kind})"
+    """The class name, and the built-in it extends when it is a subclass (``MyLN (a torch.nn.LayerNorm)``; ``with
+    its own forward`` when the subclass computes in its own way, which may use a setting differently)."""
+    cls = type(layer)
+    if cls.__name__ == kind and cls.__module__.startswith(package):
+        return kind
+    below = cls.__mro__[:next(i for i, c in enumerate(cls.__mro__) if c.__name__ == kind)]
+    own = any("forward" in vars(c) or "construct" in vars(c) for c in below)
+    return f"{cls.__name__} (a {package}{kind}" + (", with its own forward)" if own else ")")
 
 
 def _fix(port: str) -> str:
@@ -76,7 +81,10 @@ def _differing(name: str, tname: str, cell: Any, module: Any) -> list:
     """The setting findings of one pair of layers of the same family."""
     family, kind_ms = family_of(cell, "mindspore")
     _, kind_pt = family_of(module, "pytorch")
-    ours, theirs = family.read_mindspore(cell, kind_ms), family.read_pytorch(module, kind_pt)
+    try:
+        ours, theirs = family.read_mindspore(cell, kind_ms), family.read_pytorch(module, kind_pt)
+    except AttributeError:  # a subclass that removed an attribute its built-in keeps: nothing to read
+        return []
     subclass = [text for text in (_what(cell, kind_ms, "mindspore.nn."), _what(module, kind_pt, "torch.nn."))
                 if "(a " in text]
     found = []
