@@ -62,7 +62,8 @@ def _what(layer: Any, kind: str, package: str) -> str:
     cls = type(layer)
     if cls.__name__ == kind and cls.__module__.startswith(package):
         return kind
-    below = cls.__mro__[:next(i for i, c in enumerate(cls.__mro__) if c.__name__ == kind)]
+    below = cls.__mro__[:next(i for i, c in enumerate(cls.__mro__)
+                              if c.__name__ == kind and c.__module__.startswith(package))]
     own = any("forward" in vars(c) or "construct" in vars(c) for c in below)
     return f"{cls.__name__} (a {package}{kind}" + (", with its own forward)" if own else ")")
 

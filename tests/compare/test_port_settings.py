@@ -164,10 +164,29 @@ def test_zoo_subclasses_are_compared_as_the_layers_they_extend():
     assert check_pair("norm", "norm", mn.LayerNorm((8,), epsilon=1e-6), norm) == []
     found = check_pair("norm", "norm", mn.LayerNorm((8,)), norm)
     assert [f.setting for f in found] == ["eps"] and "eps=1e-06" in found[0].message
-    assert "a torch.nn.LayerNorm" in found[0].message
+    assert "LayerNorm (a torch.nn.LayerNorm, with its own forward)" in found[0].message
     assert check_pair("drop", "drop", MindcvDropout(p=0.3), tn.Dropout(0.3)) == []
     found = check_pair("drop", "drop", MindcvDropout(p=0.3), tn.Dropout(0.1))
     assert [f.setting for f in found] == ["p"] and "p=0.3" in found[0].message and "p=0.1" in found[0].message
+
+
+def test_mindcv_resnet18_against_timm_resnet18_names_the_stem_pooling():
+    """Two real zoo models: mindcv's ResNet-18 pools its stem with pad_mode='same' (on a 224 input: no row before,
+    one after), timm's with padding=1 (one on each side); every other paired layer's settings agree."""
+    from mindcv.models import create_model
+    from zoo.torch_zoos import import_torch_zoos
+
+    timm, _ = import_torch_zoos()
+    net = create_model("resnet18", pretrained=False, num_classes=10)
+    model = timm.create_model("resnet18", pretrained=False, num_classes=10)
+    renamed = {"max_pool": "maxpool", "down_sample": "downsample"}   # what a mapping file would say
+
+    def torch_name(name: str) -> str:
+        return ".".join(renamed.get(part, part) for part in name.split("."))
+
+    found = check_conventions(net, model, torch_name)
+    assert [(f.layer, f.setting) for f in found] == [("max_pool", "padding")], [f.message for f in found]
+    assert "pad_mode='same' in MindSpore, padding=1 in PyTorch: pass pad_mode='pad', padding=1" in found[0].message
 
 
 # --- small models, as a user writes a port -----------------------------------------------------------------------
