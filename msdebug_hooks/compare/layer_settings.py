@@ -256,6 +256,25 @@ _NAMES = {"mindspore": frozenset(n for f in FAMILIES for n in f.mindspore),
           "pytorch": frozenset(n for f in FAMILIES for n in f.pytorch)}
 
 
+def pytorch_style_family(cell: Any) -> tuple:
+    """``(family, PyTorch class name)`` of a MindSpore cell that keeps PyTorch's arguments under PyTorch's names,
+    read with the PyTorch reader: ``mindspore.mint.nn``'s layers (``mint.nn.Conv2d``: ``padding``,
+    ``padding_mode``, ``groups``; ``mint.nn.BatchNorm2d``: PyTorch's momentum) and ``mindspore.nn``'s ``...Ext``
+    layers behind them (``LayerNormExt``, ``DropoutExt``, ``MaxPool2dExt``, ``AvgPool2dExt``). ``(None, None)``
+    for any other cell."""
+    for cls in type(cell).__mro__:
+        name, module = cls.__name__, cls.__module__
+        if module.startswith("mindspore.mint.nn.") or module == "mindspore.mint.nn":
+            kind = name
+        elif module.startswith("mindspore.nn.") and name.endswith("Ext"):
+            kind = name[:-3]
+        else:
+            continue
+        if kind in _NAMES["pytorch"]:
+            return next(f for f in FAMILIES if kind in f.pytorch), kind
+    return None, None
+
+
 def family_of(layer: Any, framework: str) -> tuple:
     """``(family, built-in class name)`` of a layer, subclasses included; ``(None, None)`` for a layer no family
     reads."""

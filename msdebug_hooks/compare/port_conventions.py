@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from msdebug_hooks.compare.layer_settings import dropout_p, family_of
+from msdebug_hooks.compare.layer_settings import dropout_p, family_of, pytorch_style_family
 from msdebug_hooks.compare.layouts import LAYOUTS, LayerLayout, layout_of
 from msdebug_hooks.compare.setting_rules import builtin_class, same_value
 
@@ -62,8 +62,11 @@ def _what(layer: Any, kind: str, package: str) -> str:
     cls = type(layer)
     if cls.__name__ == kind and cls.__module__.startswith(package):
         return kind
-    below = cls.__mro__[:next(i for i, c in enumerate(cls.__mro__)
-                              if c.__name__ == kind and c.__module__.startswith(package))]
+    index = next((i for i, c in enumerate(cls.__mro__) if c.__name__ == kind and c.__module__.startswith(package)),
+                 None)
+    if index is None:  # a PyTorch-style MindSpore layer (mint.nn): its own name says what it is
+        return cls.__name__
+    below = cls.__mro__[:index]
     own = any("forward" in vars(c) or "construct" in vars(c) for c in below)
     return f"{cls.__name__} (a {package}{kind}" + (", with its own forward)" if own else ")")
 
@@ -78,25 +81,27 @@ def _type_finding(name: str, tname: str, cell: Any, module: Any, kinds: tuple) -
                              f"{name}: the layer differs: MindSpore has {what_ms}, PyTorch {what_pt} ({tname})")
 
 
-def _differing(name: str, tname: str, cell: Any, module: Any) -> list:
-    """The setting findings of one pair of layers of the same family."""
-    family, kind_ms = family_of(cell, "mindspore")
+def _differing(name: str, tname: str, cell: Any, module: Any, pytorch_style: bool) -> list:
+    """The setting findings of one pair of layers of the same family (``pytorch_style``: the cell keeps PyTorch's
+    arguments, a ``mint.nn`` layer, and is read as PyTorch's)."""
+    family, kind_ms = pytorch_style_family(cell) if pytorch_style else family_of(cell, "mindspore")
     _, kind_pt = family_of(module, "pytorch")
+    read_ms = family.read_pytorch if pytorch_style else family.read_mindspore
     try:
-        ours, theirs = family.read_mindspore(cell, kind_ms), family.read_pytorch(module, kind_pt)
+        ours, theirs = read_ms(cell, kind_ms), family.read_pytorch(module, kind_pt)
     except AttributeError:  # a subclass that removed an attribute its built-in keeps: nothing to read
         return []
-    subclass = [text for text in (_what(cell, kind_ms, "mindspore.nn."), _what(module, kind_pt, "torch.nn."))
-                if "(a " in text]
+    subclass = [text for text in ("" if pytorch_style else _what(cell, kind_ms, "mindspore.nn."),
+                                  _what(module, kind_pt, "torch.nn.")) if "(a " in text]
     found = []
     for setting, mine in ours.items():
         other = theirs.get(setting)
         if other is None or same_value(mine.meaning, other.meaning):
             continue
-        note = family.note(setting)
+        note = "" if pytorch_style else family.note(setting)
+        fix = f"pass {other.shown}" if pytorch_style else _fix(other.port)
         message = (f"{name}: {family.name} {setting}: {mine.shown} in MindSpore, {other.shown} in PyTorch: "
-                   f"{_fix(other.port)}" + (f" ({note})" if note else "")
-                   + (f" [{'; '.join(subclass)}]" if subclass else ""))
+                   f"{fix}" + (f" ({note})" if note else "") + (f" [{'; '.join(subclass)}]" if subclass else ""))
         found.append(ConventionFinding(name, tname, setting, mine.meaning, other.meaning, message))
     return found
 
@@ -108,12 +113,15 @@ def check_pair(name: str, tname: str, cell: Any, module: Any) -> list:
     if isinstance(layout_ms, LayerLayout) and isinstance(layout_pt, LayerLayout) and layout_ms is not layout_pt:
         return [_type_finding(name, tname, cell, module, (kind_ms, kind_pt))]
     family_ms, kind_ms = family_of(cell, "mindspore")
+    pytorch_style = family_ms is None
+    if pytorch_style:
+        family_ms, kind_ms = pytorch_style_family(cell)
     family_pt, kind_pt = family_of(module, "pytorch")
     if family_ms is None or family_pt is None:
         return []
     if family_ms is not family_pt:
         return [_type_finding(name, tname, cell, module, (kind_ms, kind_pt))]
-    return _differing(name, tname, cell, module)
+    return _differing(name, tname, cell, module, pytorch_style)
 
 
 def check_conventions(cell: Any, torch_module: Any, torch_name: Callable[[str], str]) -> list:

@@ -153,6 +153,24 @@ def test_equal_settings_read_none(ms_layer, torch_layer):
     assert check_pair("layer", "layer", ms_layer(), torch_layer()) == []
 
 
+def test_mint_layers_keep_pytorch_arguments_and_are_read_as_pytorch():
+    mint = ms.mint
+    equal = [(mint.nn.Conv2d(3, 4, 3, padding=1), tn.Conv2d(3, 4, 3, padding=1)),
+             (mint.nn.BatchNorm2d(4), tn.BatchNorm2d(4)), (mint.nn.LayerNorm(4), tn.LayerNorm(4)),
+             (mint.nn.GELU(), tn.GELU()), (mint.nn.MaxPool2d(2), tn.MaxPool2d(2)),
+             (mint.nn.AvgPool2d(2), tn.AvgPool2d(2)), (mint.nn.GroupNorm(2, 4), tn.GroupNorm(2, 4))]
+    for cell, module in equal:
+        assert check_pair("x", "x", cell, module) == [], type(cell).__name__
+    differing = [(mint.nn.Conv2d(3, 4, 3), tn.Conv2d(3, 4, 3, padding=1), "padding", "pass padding=1"),
+                 (mint.nn.BatchNorm2d(4, momentum=0.9), tn.BatchNorm2d(4), "momentum", "pass momentum=0.1"),
+                 (mint.nn.LayerNorm(4, eps=1e-6), tn.LayerNorm(4), "eps", "pass eps=1e-05"),
+                 (mint.nn.MaxPool2d(2, 1), tn.MaxPool2d(2), "stride", "pass stride=2"),
+                 (mint.nn.MaxPool2d(2), tn.AvgPool2d(2), "type", "AvgPool2d")]
+    for cell, module, setting, text in differing:
+        found = check_pair("x", "x", cell, module)
+        assert [f.setting for f in found] == [setting] and text in found[0].message, [f.message for f in found]
+
+
 def test_zoo_subclasses_are_compared_as_the_layers_they_extend():
     from zoo.torch_zoos import import_torch_zoos
 
