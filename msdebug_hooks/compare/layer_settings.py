@@ -206,6 +206,26 @@ def _resampling(layer: Any, side: str) -> dict:
     return found
 
 
+def _recurrent_ms(cell: Any, kind: str) -> dict:
+    return _recurrent(cell, "has_bias", "")
+
+
+def _recurrent_pt(module: Any, kind: str) -> dict:
+    return _recurrent(module, "bias", "port")
+
+
+def _recurrent(layer: Any, bias: str, side: str) -> dict:
+    """LSTM/GRU/RNN: the same names in both frameworks but ``has_bias`` for PyTorch's ``bias``."""
+    found = {}
+    for setting, name in (("batch_first", "batch_first"), ("bidirectional", "bidirectional"),
+                          ("num_layers", "num_layers"), ("dropout", "dropout"), ("bias", bias)):
+        value = getattr(layer, name, None)
+        if isinstance(value, (bool, int, float)):
+            argument = "has_bias" if setting == "bias" else name
+            found[setting] = Reading(value, f"{name}={fmt(value)}", f"{argument}={fmt(value)}" if side else "")
+    return found
+
+
 def _numbers(setting_names: tuple, primitive: str = "") -> tuple:
     """The two readers of a layer whose settings are plain numbers: ``((setting, ms name, torch name), ...)``."""
     return (_number_reader(tuple((s, m) for s, m, _ in setting_names), primitive),
@@ -250,6 +270,7 @@ FAMILIES: tuple = SPATIAL_FAMILIES + (
     Family("Dropout2d", ("Dropout2d",), ("Dropout2d",), _dropout_ms, _dropout_pt),
     Family("Dropout3d", ("Dropout3d",), ("Dropout3d",), _dropout_ms, _dropout_pt),
     Family("Upsample", ("Upsample",), ("Upsample",), _upsample_ms, _upsample_pt),
+    Family("recurrent", ("LSTM", "GRU", "RNN"), ("LSTM", "GRU", "RNN"), _recurrent_ms, _recurrent_pt),
 )
 
 _NAMES = {"mindspore": frozenset(n for f in FAMILIES for n in f.mindspore),

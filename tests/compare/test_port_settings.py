@@ -95,6 +95,10 @@ DIFFERING = [
     ("subclass-ms-pool", lambda: MyMaxPool(2), lambda: tn.MaxPool2d(2), "stride",
      ("stride=1", "MyMaxPool (a mindspore.nn.MaxPool2d)")),
     ("type", lambda: mn.MaxPool2d(2, 2), lambda: tn.AvgPool2d(2), "type", ("MaxPool2d", "AvgPool2d")),
+    ("lstm-batch-first", lambda: mn.LSTM(4, 6), lambda: tn.LSTM(4, 6, batch_first=True), "batch_first",
+     ("batch_first=False", "batch_first=True", "pass batch_first=True")),
+    ("gru-dropout", lambda: mn.GRU(4, 6, num_layers=2), lambda: tn.GRU(4, 6, num_layers=2, dropout=0.2), "dropout",
+     ("dropout=0", "dropout=0.2")),
 ]
 
 # the same settings on both sides, spelled each framework's way: nothing to report
@@ -134,6 +138,8 @@ EQUAL = [
     ("relu6", lambda: mn.ReLU6(), lambda: tn.ReLU6()),
     ("silu", lambda: mn.SiLU(), lambda: tn.SiLU()),
     ("subclass-ln", lambda: mn.LayerNorm((4,), epsilon=1e-5), lambda: MyLN(4)),
+    ("lstm", lambda: mn.LSTM(4, 6, num_layers=2, batch_first=True, bidirectional=True),
+     lambda: tn.LSTM(4, 6, num_layers=2, batch_first=True, bidirectional=True)),
 ]
 
 
