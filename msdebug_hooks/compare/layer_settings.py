@@ -21,11 +21,10 @@ def _ms(value: Any, argument: str) -> Optional[Reading]:
     return None if value is None else Reading(value, f"{argument}={fmt(value)}")
 
 
-def _pt(value: Any, argument: str, ms_argument: str, ms_value: Any = None) -> Any:
+def _pt(value: Any, argument: str, ms_argument: str) -> Optional[Reading]:
     if value is None:
         return None
-    port_value = value if ms_value is None else ms_value
-    return Reading(value, f"{argument}={fmt(value)}", f"{ms_argument}={fmt(port_value)}")
+    return Reading(value, f"{argument}={fmt(value)}", f"{ms_argument}={fmt(value)}")
 
 
 def _kept(found: dict) -> dict:
@@ -196,6 +195,8 @@ def _resampling(layer: Any, side: str) -> dict:
     corners = bool(layer.align_corners) if mode in ("linear", "bilinear", "bicubic", "trilinear") else None
     scale = layer.scale_factor
     scale = tuple(float(s) for s in scale) if isinstance(scale, (tuple, list)) else number(scale)
+    if isinstance(scale, tuple) and len(set(scale)) == 1:
+        scale = scale[0]  # one factor for every axis, however it was written
     size = tuple(layer.size) if isinstance(layer.size, (tuple, list)) else layer.size
     found = {"mode": Reading(mode, f"mode={mode!r}", f"mode={mode!r}" if side else ""),
              "scale_factor": Reading(scale, f"scale_factor={scale}", f"scale_factor={scale}" if side else ""),
