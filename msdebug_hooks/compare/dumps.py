@@ -30,8 +30,8 @@ from typing import Any, Iterable, NamedTuple, Optional, Union
 from msdebug_hooks import mindspore_versions
 from msdebug_hooks._files import atomic_write_text
 from msdebug_hooks.compare.dump_findings import Divergence, TensorPair, node_divergence, user_source  # noqa: F401
-from msdebug_hooks.compare.dump_matching import (BY_DECOMPOSITION, BY_NAME, BY_ORDER, NodePair,  # noqa: F401
-                                                match_nodes, order_key)
+from msdebug_hooks.compare.dump_matching import (BY_DECOMPOSITION, BY_NAME, BY_ORDER,  # noqa: F401
+                                                BY_REPLACEMENT, NodePair, match_nodes, order_key)
 from msdebug_hooks.compare.metrics import (ERROR, NOT_COMPARABLE, PASS, WARNING, TensorComparison, Tolerance,
                                            compare_arrays, not_comparable)
 from msdebug_hooks.dump import npy
@@ -236,11 +236,14 @@ class DumpComparer:
         inputs: compare the dumped inputs of operators too (default True; they tell whether an input already
             differed).
         diverge_at: ``"warning"`` (default: any pair that does not pass) or ``"error"``.
+        exact: two runs that are bit-equal where nothing differs (``msdebug bisect``'s same-framework rule): any bit
+            of difference parts, instead of the noise floors of :mod:`~msdebug_hooks.compare.attribution`.
     """
 
     def __init__(self, dump_a: PathLike, dump_b: PathLike, *, tolerance: Optional[Tolerance] = None,
                  iterations: Union[None, int, Iterable[int]] = None, ranks: Union[None, int, Iterable[int]] = None,
-                 rank_b: Optional[int] = None, inputs: bool = True, diverge_at: str = WARNING) -> None:
+                 rank_b: Optional[int] = None, inputs: bool = True, diverge_at: str = WARNING,
+                 exact: bool = False) -> None:
         if diverge_at not in _DIVERGE_AT:
             raise ConfigError("diverge_at", diverge_at, "'warning' or 'error'")
         optional_whole_number("rank_b", rank_b, minimum=0, allowed="None or an int >= 0")
@@ -251,7 +254,7 @@ class DumpComparer:
             raise ConfigError("ranks", ranks, "exactly one rank of A when rank_b is given")
         self.rank_b = rank_b
         self.inputs = inputs
-        self.diverge_at = diverge_at
+        self.diverge_at, self.exact = diverge_at, bool(exact)
         self._a = _Side(dump_a)
         self._b = _Side(dump_b)
         #: the dumps come from different MindSpore versions: the cross-version rules apply
@@ -321,9 +324,9 @@ class DumpComparer:
         tasks: list[TensorTask] = []
         ios = ("output", "input") if self.inputs else ("output",)
         for iteration, rank_a, rank_b, graph_id, matches in plan:
-            for position, (ia, ib, how) in enumerate(matches):
-                # the exit of a scope built differently: its inputs are the versions' own intermediate values
-                for io in (ios if how != BY_DECOMPOSITION else ("output",)):
+            for position, (ia, ib, how, _) in enumerate(matches):
+                # the exit of a scope built differently, or of operators replaced: its inputs are each side's own
+                for io in (ios if how not in (BY_DECOMPOSITION, BY_REPLACEMENT) else ("output",)):
                     slots_a = ia.output_slots if io == "output" else ia.input_slots
                     slots_b = ib.output_slots if io == "output" else ib.input_slots
                     for slot in sorted(set(slots_a) | set(slots_b)):
@@ -374,10 +377,11 @@ class DumpComparer:
             def producer_outputs(name: str, where: tuple = (iteration, rank_a, graph_id)) -> list:
                 return [p for p in by_node.get((*where, name), []) if p.io == "output"]
 
-            for ia, ib, _how in matches:
+            for ia, ib, _how, replaced in matches:
                 node_pairs = by_node.get((iteration, rank_a, graph_id, ia.name), [])
                 divergence = node_divergence(ia, ib, node_pairs, producer_outputs, self._input_source, iteration,
-                                             rank_a, rank_b, errors_only=self.diverge_at == ERROR)
+                                             rank_a, rank_b, errors_only=self.diverge_at == ERROR, exact=self.exact,
+                                             replaced=replaced)
                 if divergence is not None:
                     found[(iteration, rank_a)] = divergence
                     break
