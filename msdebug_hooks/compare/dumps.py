@@ -99,7 +99,7 @@ class DumpComparison:
     #: the MindSpore version each dump records (None: it does not say)
     version_a: Optional[str] = None
     version_b: Optional[str] = None
-    #: operators inside a scope the two versions built differently: paired by the scope's exit, not one to one
+    #: operators inside a scope built differently, or replaced by others: paired by their exits, not one to one
     regrouped_a: list[str] = field(default_factory=list)
     regrouped_b: list[str] = field(default_factory=list)
 
