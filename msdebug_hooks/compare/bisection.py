@@ -283,6 +283,13 @@ class _Bisection:
             first = next((d for d in comparison.divergences if d.rank_a == rank), None)
             if first is not None:
                 result.answers.append(answer(first, dump["iterations"], seen - parted, comparison.pairs))
+                within = [p for p in first.outputs if p.comparison.comparable and p.error() <= p.floor()]
+                if self.tolerance.exact_dumps and len(within) == len(first.outputs):
+                    result.notes.append(
+                        f"rank {rank}: {first.op_type} differs by {first.error:.1e} (|a-b|/|b|), within the float32 "
+                        f"noise floor ({within[0].floor():.0e}): compared bit for bit because step 1 is, but if "
+                        f"the runs are not reproducible past step 1 (atomics on a GPU), --rtol 1e-3 judges them "
+                        f"against the noise instead")
         if not result.answers:
             unreadable = comparison.counts().get("not comparable", 0)
             result.notes.append(

@@ -373,3 +373,17 @@ def test_noise_alone_at_step_1_is_told_from_a_change_by_its_dump(versions):
     assert "tolerance: same framework, not reproducible: step 1 differs by noise alone" in out
     assert "answer: no difference" in out
     assert "losses: 3 steps agree (step 1 within " in out and saved["dumped_steps"] == [1]
+
+
+@mindspore
+def test_a_change_below_float32_noise_parts_reproducible_runs(scripts, tmp_path, capsys):
+    """fc2's weight scaled by 1 + 2**-18 (4e-6) after step 2: a change under every float32 noise floor (with
+    compare-loss's rtol the runs would agree). Steps 1 and 2 are bit-equal, so the runs are compared bit for bit and
+    step 3 parts at fc2's MatMul, with a note that the difference is of noise size."""
+    base, changed = scripts("base.py"), scripts("changed.py", CHANGE_AFTER=2, SCALE=1 + 2 ** -18)
+    code, out, err = _bisect(capsys, _python(changed), _python(base), "--workdir", str(tmp_path / "work"),
+                             "--jobs", "2")
+    assert code == 1, out + err
+    assert "losses: the runs part at step 3: " in out and "tolerance: same framework: step 1 is bit-equal" in out
+    assert "answer: step 3, update: MatMul in cell fc2" in out and "fc2.weight" in out
+    assert "note: rank 0: MatMul differs by " in out and "within the float32 noise floor (1e-05)" in out
