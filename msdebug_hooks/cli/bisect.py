@@ -4,9 +4,16 @@ they part.
 A is the run under test, B the reference: each a command as you would type it ("python train.py --lr 0.1"), run
 unmodified. Both train with their loss recorded from outside; the first step whose loss parts (step 1 is read as a
 pure forward comparison) is dumped in both runs with the step before, and the dumps are compared operator by
-operator. The answer: the step, forward pass / backward pass / update, the cell, the operator, the source line in
-both runs, and whether the operator computes differently itself or was fed a differing input (a weight is named as
-the root). Multi-rank jobs (msrun) are compared rank by rank.
+operator.
+
+Tolerance (two runs of one framework): when step 1 is bit-equal, every step must be, and the dumps are compared bit
+for bit; when it is not, step 1 is dumped and its operators judged against float32 noise (none beyond it: the runs
+are not reproducible, and the later steps are judged by rtol 1e-3). --rtol/--forward-rtol/--atol set them instead.
+Operators one run computes instead of the other's (ReLU where B has GeLU) are paired by their place in the graph.
+
+The answer: the step, forward pass / backward pass / update, the cell, the operator, the source line in both runs,
+and whether the operator computes differently itself, replaces the other run's operators, or was fed a differing
+input (a weight is named as the root). Multi-rank jobs (msrun) are compared rank by rank.
 
 Runs, logs and dumps go to --workdir; runs that ended well there are reused by the next call (resume after a crash
 or an interruption), and what the command created is removed after an answer unless --keep.
@@ -54,10 +61,13 @@ def register(subparsers) -> None:
                                                          "done there before are reused")
     parser.add_argument("--steps", type=int, metavar="N", help="stop both runs after N steps (default: the whole "
                                                                "script)")
-    parser.add_argument("--rtol", type=float, default=None, help="loss tolerance after step 1 (default 1e-3)")
+    parser.add_argument("--rtol", type=float, default=None,
+                        help="loss tolerance after step 1 (default: the same-framework rule below; set alone: "
+                             "--forward-rtol 1e-6, --atol 0)")
     parser.add_argument("--forward-rtol", type=float, default=None,
-                        help="loss tolerance of step 1, a pure forward comparison (default 1e-6)")
-    parser.add_argument("--atol", type=float, default=None, help="absolute loss tolerance (default 0)")
+                        help="loss tolerance of step 1, a pure forward comparison (set alone: --rtol 1e-3)")
+    parser.add_argument("--atol", type=float, default=None, help="absolute loss tolerance (set alone: --rtol 1e-3, "
+                                                                 "--forward-rtol 1e-6)")
     parser.add_argument("--max-dump-gb", type=float, default=None,
                         help="the most both dumps may take together, estimated from the first dumped step "
                              "(default 10)")

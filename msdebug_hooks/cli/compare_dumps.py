@@ -83,7 +83,8 @@ def _print_regrouped(result) -> None:
     regrouped = len(result.regrouped_a) + len(result.regrouped_b)
     if regrouped:
         print(f"regrouped: {len(result.regrouped_a)} operator(s) of A and {len(result.regrouped_b)} of B lie inside "
-              f"scopes the two versions built from different operators; each scope was compared by what leaves it")
+              f"scopes the two versions built from different operators, or among operators one dump computes "
+              f"instead of the other's (replaced); each was compared by what leaves it")
         for label, names in (("A", result.regrouped_a), ("B", result.regrouped_b)):
             for name in names[:5]:
                 print(f"  inside, {label}: {name}")

@@ -27,13 +27,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
-from msdebug_hooks.compare.dump_findings import Divergence, TensorPair
+from msdebug_hooks.compare.dump_findings import Divergence, TensorPair, cell_of
 from msdebug_hooks.dump.index import PARAMETER
 
 FORWARD, BACKWARD, UPDATE, INPUT = "forward", "backward", "update", "input"
 _BACKWARD_SCOPE = "Gradients/"
-#: scopes the train cell wraps the user's network in (TrainOneStepCell.network, WithLossCell._backbone)
-_WRAPPERS = ("network", "_backbone")
 _OPTIMIZER_OPS = ("Apply", "Adam", "Lamb", "Lars", "FusedSparse", "SparseApply")
 #: the train cell's gradient all-reduce scope in a data-parallel job (TrainOneStepCell.grad_reducer)
 _GRAD_REDUCER = "grad_reducer"
@@ -42,20 +40,6 @@ _COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AlltoAl
                 "Reduce", "Send", "Receive")
 #: when in a step each answer happened, to order the ranks' answers: before any operator, forward, backward, update
 _MOMENT = {INPUT: 0, FORWARD: 1, BACKWARD: 2, UPDATE: 3}
-
-
-def cell_of(node: str) -> str:
-    """The cell an operator belongs to, as the user names it: ``Default/network-WithLossCell/_backbone-Net/
-    fc2-Dense/MatMul-op0`` -> ``fc2``; gradients name their forward cell; ``""`` for a node outside any cell."""
-    parts = node.split("/")[:-1]
-    if parts and parts[0] == _BACKWARD_SCOPE.rstrip("/"):
-        parts = parts[1:]
-    if parts and parts[0] == "Default":
-        parts = parts[1:]
-    names = [part.split("-", 1)[0] for part in parts if not part.startswith("Grad_")]
-    while names and names[0] in _WRAPPERS:
-        names = names[1:]
-    return ".".join(names)
 
 
 def phase_of_node(node: str, op_type: str) -> str:
@@ -85,13 +69,16 @@ class Answer:
     source_b: str
     #: "own" (inputs agreed: this operator computes differently), "constant" (only a constant input of the code
     #: differs: an attribute such as an epsilon), "root" (a weight input differs), "inherited" (an input differed,
-    #: from an operator not dumped or not matched), "input" (a graph input or weight), "unknown" (inputs not dumped)
+    #: from an operator not dumped or not matched), "replaced" (A computes other operators than B at this place, fed
+    #: the same inputs), "input" (a graph input or weight), "unknown" (inputs not dumped)
     reading: str
     explanation: str
     root: str = ""
     error: Optional[float] = None
     #: 0: before the step's operators (data, a weight changed before it), 1 forward, 2 backward, 3 update
     moment: int = 1
+    #: reading "replaced": "A computes ReLU where B computes GeLU (cell act)"
+    replaced: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -106,6 +93,8 @@ def _reading(div: Divergence) -> str:
         return "root"
     if div.inputs_differed is None:
         return "unknown"
+    if div.replaced and not div.inputs_differed:
+        return "replaced"
     return "inherited" if div.inputs_differed else "own"
 
 
@@ -157,7 +146,7 @@ def answer(div: Divergence, dumped_iterations: list[int], clean_iterations: set[
         where = f"the forward pass of step {step}"
     return Answer(div.rank_a, step, phase, where, cell_of(div.node_a), div.op_type, div.node_a, div.node_b,
                   div.source_a, div.source_b, reading, explanation, div.root, div.error,
-                  _MOMENT[phase] if moment is None else moment)
+                  _MOMENT[phase] if moment is None else moment, div.replaced if reading == "replaced" else "")
 
 
 @dataclass
@@ -181,6 +170,8 @@ class BisectResult:
     notes: list[str] = field(default_factory=list)
     #: why the answer may not be the cause (a dump without the forward and backward passes), or ""
     caveat: str = ""
+    #: the tolerance rule the losses and dumps were judged by (:mod:`~msdebug_hooks.compare.bisect_tolerance`)
+    tolerance: str = ""
     kept: bool = True
 
     @property
@@ -196,6 +187,7 @@ class BisectResult:
                 "dump_bytes": self.dump_bytes, "pairs_compared": self.pairs_compared,
                 "answer": self.answer.as_dict() if self.answer else None,
                 "answers": [a.as_dict() for a in self.answers], "notes": self.notes, "caveat": self.caveat,
+                "tolerance": self.tolerance,
                 "losses": {str(rank): value for rank, value in self.losses.items()}, "kept": self.kept}
 
     def lines(self) -> list[str]:
@@ -204,14 +196,19 @@ class BisectResult:
         for rank, loss in sorted(self.losses.items()):
             first = loss.get("first_parted")
             label = f"rank {rank}: " if len(self.losses) > 1 else ""
-            if first is None:
+            if first is None and loss["rtol"] == loss["atol"] == 0 and not loss["max_abs_error"]:
+                out.append(f"losses: {label}{loss['steps_compared']} steps agree bit for bit")
+            elif first is None:
                 out.append(f"losses: {label}{loss['steps_compared']} steps agree "
                            f"({_forward_text(loss)}later steps within rtol {loss['rtol']:g})")
             else:
+                tol = loss["forward_rtol"] if first["forward"] else loss["rtol"]
+                judged = (f"{'forward-rtol' if first['forward'] else 'rtol'} {tol:g}" if tol or loss["atol"]
+                          else "not bit-equal")
                 out.append(f"losses: {label}the runs part at step {first['step']}: A {first['loss_a']:.7g}, "
-                           f"B {first['loss_b']:.7g} ({_sci(first['rel_error'])} relative, "
-                           f"{'forward-rtol' if first['forward'] else 'rtol'} "
-                           f"{loss['forward_rtol'] if first['forward'] else loss['rtol']:g})")
+                           f"B {first['loss_b']:.7g} ({_sci(first['rel_error'])} relative, {judged})")
+        if self.tolerance:
+            out.append(f"tolerance: {self.tolerance}")
         if self.dumped_steps:
             size = f", {self.dump_bytes / 1024 ** 2:.1f} MB per run" if self.dump_bytes else ""
             steps = " and ".join(str(s) for s in self.dumped_steps)
@@ -225,8 +222,9 @@ class BisectResult:
             if self.caveat:
                 out.append(f"  caveat:   {self.caveat}")
         else:
-            out.append(f"answer: step {best.step}, {best.phase}: {best.operator} in cell "
-                       f"{best.cell or '(none)'}{f' (rank {best.rank})' if len(self.losses) > 1 else ''}")
+            what = best.replaced or f"{best.operator} in cell {best.cell or '(none)'}"
+            out.append(f"answer: step {best.step}, {best.phase}: {what}"
+                       f"{f' (rank {best.rank})' if len(self.losses) > 1 else ''}")
             if self.caveat:
                 out.append(f"  caveat:   {self.caveat}")
             out.append(f"  where:    {best.where}")

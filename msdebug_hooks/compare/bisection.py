@@ -26,14 +26,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Union
 
-from msdebug_hooks.compare import run_recording
+from msdebug_hooks.compare import bisect_tolerance, run_recording
 from msdebug_hooks.compare.bisect_answer import BisectResult, answer
 from msdebug_hooks.compare.bisect_runs import BisectError, RunFailed, RunSpec, Stage, run_stage
 from msdebug_hooks.compare.dump_wait import GB, DiskGuard, iteration_dirs, size_text, wait_for_dump
 from msdebug_hooks.compare.loss import LossFileError, read_losses
-from msdebug_hooks.compare.loss_diff import DEFAULT_ATOL, DEFAULT_FORWARD_RTOL, DEFAULT_RTOL, compare_losses
+from msdebug_hooks.compare.loss_diff import compare_losses
 from msdebug_hooks.errors import ConfigError
-from msdebug_hooks.validation import real_number
+from msdebug_hooks.validation import optional_real_number, real_number
 
 DEFAULT_WORKDIR = "msdebug-bisect"
 DEFAULT_MAX_DUMP_GB = 10.0
@@ -74,12 +74,13 @@ def _locked(workdir: Path) -> Iterator[None]:
 
 
 class _Bisection:
-    def __init__(self, a: RunSpec, b: RunSpec, workdir: Path, *, steps: Optional[int], rtol: float,
-                 forward_rtol: float, atol: float, max_dump_gb: float, timeout: Optional[float], jobs: int,
-                 dump_wait: float, fresh: bool, progress: Progress) -> None:
+    def __init__(self, a: RunSpec, b: RunSpec, workdir: Path, *, steps: Optional[int], rtol: Optional[float],
+                 forward_rtol: Optional[float], atol: Optional[float], max_dump_gb: float, timeout: Optional[float],
+                 jobs: int, dump_wait: float, fresh: bool, progress: Progress) -> None:
         self.a, self.b = a, b
         self.workdir = workdir
-        self.steps, self.rtol, self.forward_rtol, self.atol = steps, rtol, forward_rtol, atol
+        self.steps = steps
+        self.tolerance = bisect_tolerance.given(rtol, forward_rtol, atol)   # None: chosen from step 1
         self.max_bytes = max_dump_gb * GB
         self.timeout, self.jobs, self.dump_wait, self.fresh = timeout, jobs, dump_wait, fresh
         self.say = progress
@@ -172,15 +173,19 @@ class _Bisection:
             raise BisectError(f"run A recorded the losses of ranks {ranks_a}, run B of ranks {ranks_b}: the runs "
                               f"must have the same ranks (outputs: {stage_a.log}, {stage_b.log})")
         self.ranks = ranks_a
-        for rank in ranks_a:
-            series_a = read_losses(stage_a.records, rank=rank, allow_nonfinite=True)
-            series_b = read_losses(stage_b.records, rank=rank, allow_nonfinite=True)
+        series = {rank: (read_losses(stage_a.records, rank=rank, allow_nonfinite=True),
+                         read_losses(stage_b.records, rank=rank, allow_nonfinite=True)) for rank in ranks_a}
+        if self.tolerance is None:
+            self.tolerance = bisect_tolerance.from_step_one(list(series.values()))
+        tol = self.tolerance
+        result.tolerance = tol.rule
+        for rank, (series_a, series_b) in series.items():
             try:
-                comparison = compare_losses(series_a, series_b, rtol=self.rtol, atol=self.atol,
-                                            forward_rtol=self.forward_rtol)
+                comparison = compare_losses(series_a, series_b, rtol=tol.rtol, atol=tol.atol,
+                                            forward_rtol=tol.forward_rtol)
             except LossFileError:
-                comparison = compare_losses(series_a, series_b, rtol=self.rtol, atol=self.atol,
-                                            forward_rtol=self.forward_rtol, common_steps=True)
+                comparison = compare_losses(series_a, series_b, rtol=tol.rtol, atol=tol.atol,
+                                            forward_rtol=tol.forward_rtol, common_steps=True)
                 result.notes.append(f"rank {rank}: run A recorded steps {series_a.steps[0]}..{series_a.steps[-1]}, "
                                     f"run B {series_b.steps[0]}..{series_b.steps[-1]}: only the "
                                     f"{len(comparison.steps)} steps both ran are compared")
@@ -232,23 +237,40 @@ class _Bisection:
         self._both(lambda: self._run(train_a, "[1/4]", stop_after=self.steps),
                    lambda: self._run(train_b, "[2/4]", stop_after=self.steps))
         self._compare_losses(train_a, train_b, result)
+        if not self._dump_and_answer(result, ("[3/4]", "[4/4]")):
+            return result
+        if not result.answers and self.tolerance.kind == bisect_tolerance.NOISE and result.step == 1:
+            # rule 2: step 1 differs by the runs' own noise alone; judge the later steps against that
+            self.say("step 1's dump shows no operator beyond float32 noise: the runs are not reproducible; "
+                     "comparing the later steps' losses with rtol")
+            self.tolerance = bisect_tolerance.after_noise()
+            result.step = result.rank = None
+            result.notes.clear()
+            self._compare_losses(train_a, train_b, result)
+            self._dump_and_answer(result, ("[5/6]", "[6/6]"))
+        return result
+
+    def _dump_and_answer(self, result: BisectResult, numbers: tuple[str, str]) -> bool:
+        """Dump the step where the losses part and answer; False when they part nowhere (exit 0, or 1 for runs of
+        another length)."""
         if result.step is None:
             result.exit_code = 1 if result.notes else 0
-            self.say("[3/4] the losses agree on every step compared: no dump needed")
-            return result
+            self.say(f"{numbers[0]} the losses agree on every step compared: no dump needed")
+            return False
         result.exit_code = 1
         self.say(f"the losses part at step {result.step} (rank {result.rank}): dumping it in both runs")
-        stage_a, stage_b, dump = self._dump(result.step, ("[3/4]", "[4/4]"))
+        stage_a, stage_b, dump = self._dump(result.step, numbers)
         result.dumped_steps = dump["steps"]
         result.dump_bytes = _size(stage_a.dump)
         self.say("comparing the dumps operator by operator")
         self._answer(stage_a, stage_b, dump, result)
-        return result
+        return True
 
     def _answer(self, stage_a: Stage, stage_b: Stage, dump: dict, result: BisectResult) -> None:
         from msdebug_hooks.compare.dumps import DumpComparer
 
-        comparison = DumpComparer(stage_a.dump, stage_b.dump, iterations=dump["iterations"]).compare(progress=False)
+        comparison = DumpComparer(stage_a.dump, stage_b.dump, iterations=dump["iterations"],
+                                  exact=self.tolerance.exact_dumps).compare(progress=False)
         result.pairs_compared = comparison.compared
         if not any(p.node_a.startswith(_BACKWARD) or f"/{_BACKWARD}" in p.node_a for p in comparison.pairs):
             result.caveat = ("the dumps hold no backward pass (no operator under Gradients/): the script trains in "
@@ -261,6 +283,13 @@ class _Bisection:
             first = next((d for d in comparison.divergences if d.rank_a == rank), None)
             if first is not None:
                 result.answers.append(answer(first, dump["iterations"], seen - parted, comparison.pairs))
+                within = [p for p in first.outputs if p.comparison.comparable and p.error() <= p.floor()]
+                if self.tolerance.exact_dumps and len(within) == len(first.outputs):
+                    result.notes.append(
+                        f"rank {rank}: {first.op_type} differs by {first.error:.1e} (|a-b|/|b|), within the float32 "
+                        f"noise floor ({within[0].floor():.0e}): compared bit for bit because step 1 is, but if "
+                        f"the runs are not reproducible past step 1 (atomics on a GPU), --rtol 1e-3 judges them "
+                        f"against the noise instead")
         if not result.answers:
             unreadable = comparison.counts().get("not comparable", 0)
             result.notes.append(
@@ -281,8 +310,8 @@ def _first_step_bytes(dump: Path, iteration: int) -> int:
 
 
 def bisect(a: Union[RunSpec, str], b: Union[RunSpec, str], workdir: Union[str, Path, None] = None, *,
-           steps: Optional[int] = None, rtol: float = DEFAULT_RTOL, forward_rtol: float = DEFAULT_FORWARD_RTOL,
-           atol: float = DEFAULT_ATOL, max_dump_gb: float = DEFAULT_MAX_DUMP_GB, timeout: Optional[float] = None,
+           steps: Optional[int] = None, rtol: Optional[float] = None, forward_rtol: Optional[float] = None,
+           atol: Optional[float] = None, max_dump_gb: float = DEFAULT_MAX_DUMP_GB, timeout: Optional[float] = None,
            jobs: int = 1, dump_wait: float = DEFAULT_DUMP_WAIT, keep: bool = False, fresh: bool = False,
            progress: Optional[Progress] = None) -> BisectResult:
     """Find where run ``a`` (under test) parts from the reference run ``b``: step, phase, cell, operator, source.
@@ -291,7 +320,10 @@ def bisect(a: Union[RunSpec, str], b: Union[RunSpec, str], workdir: Union[str, P
         a, b: the two runs (:class:`RunSpec`, or a command line string).
         workdir: where runs, logs and dumps go (default ``./msdebug-bisect``); runs done there before are reused.
         steps: stop both runs after this many steps (default: let the scripts run to their end).
-        rtol, forward_rtol, atol: the loss tolerances of ``compare_losses`` (step 1: ``forward_rtol``).
+        rtol, forward_rtol, atol: the loss tolerances of ``compare_losses`` (step 1: ``forward_rtol``); none given
+            (default): the same-framework rule of :mod:`~msdebug_hooks.compare.bisect_tolerance` (bit-equal when
+            step 1 is, else step 1's dump tells a change from the runs' noise); one given: compare-loss's defaults
+            for the others.
         max_dump_gb: the most the dumps of both runs may take; a dump estimated larger is stopped (exit 2).
         timeout: seconds any one run may take.
         jobs: 2 runs A and B side by side.
@@ -313,7 +345,7 @@ def bisect(a: Union[RunSpec, str], b: Union[RunSpec, str], workdir: Union[str, P
     if jobs not in (1, 2):
         raise ConfigError("jobs", jobs, "1 (one run at a time) or 2 (A and B side by side)")
     for name, value in (("rtol", rtol), ("forward_rtol", forward_rtol), ("atol", atol)):
-        real_number(name, value, minimum=0, finite=False)
+        optional_real_number(name, value, minimum=0, allowed="a finite number >= 0 (or None)")
     a.check()
     b.check()
     directory = Path(workdir if workdir is not None else DEFAULT_WORKDIR).expanduser().absolute()

@@ -6,6 +6,9 @@ whose full names are the same in both dumps pairs by name. Otherwise (a layer ad
 class was renamed) the group pairs in execution order, each node of A with the next node of B whose output shapes
 are the same; what is left over is reported as unmatched.
 
+What is still unpaired on both sides then may be operators computed *instead of* others (ReLU where the other dump
+has GeLU): :mod:`msdebug_hooks.compare.dump_replacements` pairs them by their place in the data flow.
+
 Across versions (the two dumps record different MindSpore versions; the facts are in
 :mod:`msdebug_hooks.mindspore_versions`), two rules run first:
 
@@ -25,6 +28,7 @@ import re
 from collections import defaultdict
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
+from msdebug_hooks.compare.dump_replacements import BY_REPLACEMENT, Replacement, pair_replacements
 from msdebug_hooks.dump.index import NodeInfo
 from msdebug_hooks.mindspore_versions import EXPAND_SCOPE
 
@@ -37,11 +41,12 @@ NodeLookup = Callable[[str], Optional[NodeInfo]]
 
 class NodePair(NamedTuple):
     """An operator of dump A, the one of dump B it is compared with, and how they were paired (``BY_NAME``,
-    ``BY_ORDER`` or ``BY_DECOMPOSITION``)."""
+    ``BY_ORDER``, ``BY_DECOMPOSITION`` or ``BY_REPLACEMENT``, which carries its :class:`Replacement`)."""
 
     a: NodeInfo
     b: NodeInfo
     how: str
+    replaced: Optional[Replacement] = None
 
 
 class NodeMatching(NamedTuple):
@@ -92,15 +97,16 @@ def _memoized(shape_of):
 def match_nodes(nodes_a: Sequence[NodeInfo], nodes_b: Sequence[NodeInfo], shape_a, shape_b, *,
                 across_versions: bool = False, lookup_a: Optional[NodeLookup] = None,
                 lookup_b: Optional[NodeLookup] = None) -> NodeMatching:
-    """Pair the nodes (see module doc; ``across_versions`` turns on rules 1 and 2, which need ``lookup_a`` /
-    ``lookup_b`` to follow inputs through nodes that are not dumped)."""
+    """Pair the nodes (see module doc; ``across_versions`` turns on rules 1 and 2; ``lookup_a`` / ``lookup_b`` follow
+    inputs through nodes that are not dumped, for those rules and for the operators replaced by others)."""
     shape_a, shape_b = _memoized(shape_a), _memoized(shape_b)
+    all_a, all_b = nodes_a, nodes_b
+    lookup_a, lookup_b = lookup_a or (lambda _: None), lookup_b or (lambda _: None)
     pairs: list[NodePair] = []
     regrouped_a: list[NodeInfo] = []
     regrouped_b: list[NodeInfo] = []
     if across_versions:
-        pairs, regrouped_a, regrouped_b = pair_decompositions(nodes_a, nodes_b, lookup_a or (lambda _: None),
-                                                              lookup_b or (lambda _: None), shape_a, shape_b)
+        pairs, regrouped_a, regrouped_b = pair_decompositions(nodes_a, nodes_b, lookup_a, lookup_b, shape_a, shape_b)
         taken = {id(i) for pair in pairs for i in (pair.a, pair.b)} | {id(i) for i in regrouped_a + regrouped_b}
         nodes_a = [i for i in nodes_a if id(i) not in taken]
         nodes_b = [i for i in nodes_b if id(i) not in taken]
@@ -134,6 +140,20 @@ def match_nodes(nodes_a: Sequence[NodeInfo], nodes_b: Sequence[NodeInfo], shape_
         unmatched_b.extend(ib for position, ib in enumerate(members_b) if position not in used)
     for members_b in groups_b.values():
         unmatched_b.extend(members_b)
+    if unmatched_a and unmatched_b:
+        sides = []
+        for nodes, lookup in ((all_a, lookup_a), (all_b, lookup_b)):
+            users = consumers(nodes, lookup)
+            sides.append((users, effective_scopes(nodes, users)))
+        found = pair_replacements(unmatched_a, unmatched_b, {p.a.name: p.b.name for p in pairs}, sides[0], sides[1],
+                                  shape_a, shape_b)
+        pairs.extend(NodePair(ia, ib, BY_REPLACEMENT, replacement) for ia, ib, replacement in found.pairs)
+        taken = {id(i) for ia, ib, _ in found.pairs for i in (ia, ib)} | {
+            id(i) for i in found.regrouped_a + found.regrouped_b}
+        unmatched_a = [i for i in unmatched_a if id(i) not in taken]
+        unmatched_b = [i for i in unmatched_b if id(i) not in taken]
+        regrouped_a += found.regrouped_a
+        regrouped_b += found.regrouped_b
     pairs.sort(key=lambda p: order_key(p.a))
     return NodeMatching(pairs, unmatched_a, unmatched_b, regrouped_a, regrouped_b)
 

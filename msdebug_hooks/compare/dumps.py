@@ -1,8 +1,8 @@
 """Compare two MindSpore sync dumps of the same network tensor by tensor and name the first operator that parts.
 
 Built on the dump reader (``DumpDir`` lists the files, ``GraphIndex`` ties them to the ``.ir`` nodes, their source
-lines and the execution order); values are read with the header-checked ``npy.load`` and compared with
-:func:`msdebug_hooks.compare.metrics.compare_arrays`.
+lines and the execution order; :mod:`msdebug_hooks.compare.dump_sides`); values are read with the header-checked
+``npy.load`` and compared with :func:`msdebug_hooks.compare.metrics.compare_arrays`.
 
 Matching, per rank and graph (:mod:`msdebug_hooks.compare.dump_matching`): by full name, else by scope, op type,
 execution order and shape; what is left over is reported as unmatched. Dumps written by different MindSpore versions
@@ -18,7 +18,6 @@ with the user's source line behind it in both dumps and whether its inputs alrea
 from __future__ import annotations
 
 import csv
-import dataclasses
 import functools
 import io as _io
 import json
@@ -30,16 +29,14 @@ from typing import Any, Iterable, NamedTuple, Optional, Union
 from msdebug_hooks import mindspore_versions
 from msdebug_hooks._files import atomic_write_text
 from msdebug_hooks.compare.dump_findings import Divergence, TensorPair, node_divergence, user_source  # noqa: F401
-from msdebug_hooks.compare.dump_matching import (BY_DECOMPOSITION, BY_NAME, BY_ORDER, NodePair,  # noqa: F401
-                                                match_nodes, order_key)
-from msdebug_hooks.compare.metrics import (ERROR, NOT_COMPARABLE, PASS, WARNING, TensorComparison, Tolerance,
-                                           compare_arrays, not_comparable)
-from msdebug_hooks.dump import npy
-from msdebug_hooks.dump.index import CONSTANT, PARAMETER, GraphIndex, NodeInfo
+from msdebug_hooks.compare.dump_matching import (BY_DECOMPOSITION, BY_NAME, BY_ORDER,  # noqa: F401
+                                                BY_REPLACEMENT, NodePair, match_nodes, order_key)
+from msdebug_hooks.compare.dump_sides import Side, compare_files  # noqa: F401 (compare_files: public here too)
+from msdebug_hooks.compare.metrics import ERROR, NOT_COMPARABLE, PASS, WARNING, Tolerance, not_comparable
+from msdebug_hooks.dump.index import PARAMETER, NodeInfo
 from msdebug_hooks.dump.layout import TensorFile
 from msdebug_hooks.dump.nodes import as_int_list
-from msdebug_hooks.dump.reader import DumpDir
-from msdebug_hooks.errors import ConfigError, DumpError
+from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.validation import optional_whole_number
 
 PathLike = Union[str, Path]
@@ -99,7 +96,7 @@ class DumpComparison:
     #: the MindSpore version each dump records (None: it does not say)
     version_a: Optional[str] = None
     version_b: Optional[str] = None
-    #: operators inside a scope the two versions built differently: paired by the scope's exit, not one to one
+    #: operators inside a scope built differently, or replaced by others: paired by their exits, not one to one
     regrouped_a: list[str] = field(default_factory=list)
     regrouped_b: list[str] = field(default_factory=list)
 
@@ -154,67 +151,6 @@ class DumpComparison:
         return atomic_write_text(path, buffer.getvalue(), mode=0o644)
 
 
-# --- matching: msdebug_hooks.compare.dump_matching -----------------------------------------------------------
-
-class _Side:
-    """One dump: its index, and output shapes of its nodes at a sample iteration (for matching)."""
-
-    def __init__(self, path: PathLike) -> None:
-        self.dump = DumpDir(path)
-        if self.dump.layout != "sync":
-            raise DumpError(self.dump.root, "a sync dump (rank_<id>/...)", detail=f"found a {self.dump.layout} dump")
-        self.index = GraphIndex(self.dump)
-        self.version = self.dump.mindspore_version
-
-    def nodes(self, rank: int, graph_id: int) -> list[NodeInfo]:
-        return sorted((i for i in self.index.nodes.values()
-                       if i.rank == rank and i.graph_id == graph_id and i.flat_name and i.node_type != CONSTANT),
-                      key=order_key)
-
-    def output_shapes(self, info: NodeInfo, iteration: int) -> Optional[tuple]:
-        shapes = []
-        for slot in info.output_slots:
-            found = self.index.tensor_file(info, iteration, slot)
-            if found is None:
-                return None
-            try:
-                shapes.append(npy.read_header(found.path).shape)
-            except DumpError:
-                return None   # unreadable: matched by order alone; the comparison reports the file
-        return tuple(shapes)
-
-
-# --- comparing ------------------------------------------------------------------------------------------------------
-
-def _load(found: TensorFile, side: str) -> Any:
-    try:
-        return npy.load(found.path)
-    except DumpError as exc:
-        return f"{side}: {exc}"
-    except (OSError, ValueError) as exc:
-        return f"{side}: {found.path}: cannot be read ({exc})"
-
-
-def compare_files(file_a: TensorFile, file_b: TensorFile, tolerance: Optional[Tolerance] = None, *,
-                  any_shape: bool = False) -> TensorComparison:
-    """Compare two dumped tensor files; an unreadable or truncated file is a ``not comparable`` result.
-
-    ``any_shape``: two versions' dumps of one tensor may differ in shape alone (2.8+ write reshape outputs in the
-    input's shape); with the same number of elements they are compared in memory order and the reason says so."""
-    a = _load(file_a, "A")
-    b = _load(file_b, "B")
-    if isinstance(a, str) or isinstance(b, str):
-        return not_comparable("; ".join(x for x in (a, b) if isinstance(x, str)),
-                              shape_a=getattr(a, "shape", None), shape_b=getattr(b, "shape", None),
-                              dtype_a=getattr(getattr(a, "dtype", None), "name", ""),
-                              dtype_b=getattr(getattr(b, "dtype", None), "name", ""))
-    if any_shape and a.shape != b.shape and a.size == b.size:
-        result = compare_arrays(a.reshape(b.shape), b, tolerance)
-        return dataclasses.replace(result, shape_a=tuple(a.shape), reason=f"{result.reason} (compared element by "
-                                   f"element: dumped as {list(a.shape)} and {list(b.shape)})")
-    return compare_arrays(a, b, tolerance)
-
-
 def _selection(value: Union[None, int, Iterable[int]], name: str) -> Optional[list[int]]:
     """None (everything both dumps hold) or a non-empty sorted list of ints >= 0."""
     items = as_int_list(value, name)
@@ -236,11 +172,14 @@ class DumpComparer:
         inputs: compare the dumped inputs of operators too (default True; they tell whether an input already
             differed).
         diverge_at: ``"warning"`` (default: any pair that does not pass) or ``"error"``.
+        exact: two runs that are bit-equal where nothing differs (``msdebug bisect``'s same-framework rule): any bit
+            of difference parts, instead of the noise floors of :mod:`~msdebug_hooks.compare.attribution`.
     """
 
     def __init__(self, dump_a: PathLike, dump_b: PathLike, *, tolerance: Optional[Tolerance] = None,
                  iterations: Union[None, int, Iterable[int]] = None, ranks: Union[None, int, Iterable[int]] = None,
-                 rank_b: Optional[int] = None, inputs: bool = True, diverge_at: str = WARNING) -> None:
+                 rank_b: Optional[int] = None, inputs: bool = True, diverge_at: str = WARNING,
+                 exact: bool = False) -> None:
         if diverge_at not in _DIVERGE_AT:
             raise ConfigError("diverge_at", diverge_at, "'warning' or 'error'")
         optional_whole_number("rank_b", rank_b, minimum=0, allowed="None or an int >= 0")
@@ -251,9 +190,9 @@ class DumpComparer:
             raise ConfigError("ranks", ranks, "exactly one rank of A when rank_b is given")
         self.rank_b = rank_b
         self.inputs = inputs
-        self.diverge_at = diverge_at
-        self._a = _Side(dump_a)
-        self._b = _Side(dump_b)
+        self.diverge_at, self.exact = diverge_at, bool(exact)
+        self._a = Side(dump_a)
+        self._b = Side(dump_b)
         #: the dumps come from different MindSpore versions: the cross-version rules apply
         self.across_versions = mindspore_versions.versions_differ(self._a.version, self._b.version)
 
@@ -321,9 +260,9 @@ class DumpComparer:
         tasks: list[TensorTask] = []
         ios = ("output", "input") if self.inputs else ("output",)
         for iteration, rank_a, rank_b, graph_id, matches in plan:
-            for position, (ia, ib, how) in enumerate(matches):
-                # the exit of a scope built differently: its inputs are the versions' own intermediate values
-                for io in (ios if how != BY_DECOMPOSITION else ("output",)):
+            for position, (ia, ib, how, _) in enumerate(matches):
+                # the exit of a scope built differently, or of operators replaced: its inputs are each side's own
+                for io in (ios if how not in (BY_DECOMPOSITION, BY_REPLACEMENT) else ("output",)):
                     slots_a = ia.output_slots if io == "output" else ia.input_slots
                     slots_b = ib.output_slots if io == "output" else ib.input_slots
                     for slot in sorted(set(slots_a) | set(slots_b)):
@@ -374,10 +313,11 @@ class DumpComparer:
             def producer_outputs(name: str, where: tuple = (iteration, rank_a, graph_id)) -> list:
                 return [p for p in by_node.get((*where, name), []) if p.io == "output"]
 
-            for ia, ib, _how in matches:
+            for ia, ib, _how, replaced in matches:
                 node_pairs = by_node.get((iteration, rank_a, graph_id, ia.name), [])
                 divergence = node_divergence(ia, ib, node_pairs, producer_outputs, self._input_source, iteration,
-                                             rank_a, rank_b, errors_only=self.diverge_at == ERROR)
+                                             rank_a, rank_b, errors_only=self.diverge_at == ERROR, exact=self.exact,
+                                             replaced=replaced)
                 if divergence is not None:
                     found[(iteration, rank_a)] = divergence
                     break

@@ -6,6 +6,8 @@ bad input, runs that cannot record, the disk guard and the dump wait without tra
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shlex
@@ -24,6 +26,7 @@ from msdebug_hooks.compare.dump_wait import DiskGuard, wait_for_dump
 from msdebug_hooks.errors import DumpError
 
 SCRIPT = ROOT / "tests" / "scripts" / "bisect_train.py"
+ACTIVATION_SCRIPT = ROOT / "tests" / "scripts" / "bisect_activation.py"
 mindspore = pytest.mark.mindspore
 
 
@@ -65,8 +68,9 @@ def test_an_epsilon_change_is_named_at_its_operator_with_both_source_lines(scrip
     code, out, err = _bisect(capsys, _python(changed), _python(base), "--workdir", str(workdir), "--jobs", "2",
                              "--json", str(tmp_path / "result.json"))
     assert code == 1, out + err
-    # the losses part at step 1, a pure forward comparison, far beyond float32 noise
-    assert "losses: the runs part at step 1: " in out and "forward-rtol 1e-06" in out
+    # the losses part at step 1 (not bit-equal: step 1 is dumped, its operators judged against float32 noise)
+    assert "losses: the runs part at step 1: " in out and "relative, not bit-equal)" in out
+    assert "tolerance: same framework: step 1 is not bit-equal, so it is dumped" in out
     assert "dump: step 1 in both runs" in out
     assert "answer: step 1, forward: LayerNorm in cell norm" in out
     assert "  where:    the forward pass of step 1" in out
@@ -109,7 +113,9 @@ def test_a_weight_changed_between_steps_is_found_resumably_within_the_disk_guard
     code, out, err = _bisect(capsys, *args, "--keep")
     assert code == 1, out + err
     assert err.count("training with its loss recorded: reused from") == 2
-    assert "losses: the runs part at step 3: " in out and "rtol 0.001" in out
+    # steps 1 and 2 are bit-equal: the runs are reproducible, so step 3 parts at its first bit
+    assert "losses: the runs part at step 3: " in out and "relative, not bit-equal)" in out
+    assert "tolerance: same framework: step 1 is bit-equal" in out
     assert "dump: steps 2 and 3 in both runs" in out
     assert "answer: step 3, update: MatMul in cell fc2" in out
     assert ("where:    between step 2 and step 3, outside the graph: step 2 agreed in every dumped operator "
@@ -139,7 +145,7 @@ def test_identical_runs_say_no_difference_and_exit_0(scripts, tmp_path, capsys):
                              str(tmp_path / "v2"), "--env-b", "UNUSED_SETTING=1", "--jobs", "2",
                              "--workdir", str(tmp_path / "work"))
     assert code == 0, out + err
-    assert "losses: 4 steps agree (step 1 bit-equal (forward-rtol 1e-06), later steps within rtol 0.001)" in out
+    assert "losses: 4 steps agree bit for bit" in out
     assert "answer: no difference: the runs agree on every step compared" in out
     assert "no dump needed" in err and not (tmp_path / "work").exists()
 
@@ -270,3 +276,114 @@ def test_two_rank_jobs_are_compared_rank_by_rank(scripts, tmp_path, capsys, monk
         assert [json.loads(line)["step"] for line in records] == [1, 2, 3]
     assert "stopping training on all 2 ranks after epoch 1, step 3" in (workdir / "a" / "dump_step_3" /
                                                                         "run.log").read_text()
+
+
+# ---- one framework, two versions of one Model.train script: activations replaced, tolerance of the runs' own noise
+
+ACT_LINE = "self.act = nn.GELU()"
+#: fc2's weight 4e-6 apart (2**-18): under the float32 noise floor of a weight (1e-5), yet step 1's loss moves
+NUDGE = ("    net = Classifier()\n    net.fc2.weight.set_data(ms.Tensor(net.fc2.weight.asnumpy() * "
+         "np.float32(1 + 2 ** -18)))\n")
+
+
+@pytest.fixture(scope="module")
+def versions(tmp_path_factory):
+    """Four bisects of copies of ``bisect_activation.py`` (nn.GELU(), tanh-approximated) against it, in one work
+    directory so that run B is trained and dumped once: the same file; nn.ReLU(); nn.GELU(approximate=False); one
+    weight nudged within float32 noise (a stand-in for runs that are not reproducible). Each: (exit code,
+    stdout, stderr, JSON result, script A)."""
+    root = tmp_path_factory.mktemp("versions")
+    text = ACTIVATION_SCRIPT.read_text(encoding="utf-8")
+    assert ACT_LINE in text and "    net = Classifier()\n" in text
+    copies = {"same": text, "relu": text.replace(ACT_LINE, "self.act = nn.ReLU()"),
+              "exact": text.replace(ACT_LINE, "self.act = nn.GELU(approximate=False)"),
+              "nudged": text.replace("    net = Classifier()\n", NUDGE)}
+    base = root / "train.py"
+    base.write_text(text, encoding="utf-8")
+    found = {"base": base}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        fresh = fresh_env()      # what a new interpreter inherits (nothing this process's imports added)
+        for name in set(os.environ) - set(fresh):
+            patch.delenv(name)
+        for name, value in fresh.items():
+            patch.setenv(name, value)
+        patch.delenv("MINDSPORE_DUMP_CONFIG", raising=False)
+        for name, copy in copies.items():
+            script = root / f"train_{name}.py"
+            script.write_text(copy, encoding="utf-8")
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(["bisect", _python(script), _python(base), "--workdir", str(root / "work"), "--keep",
+                             "--json", str(root / f"{name}.json")])
+            saved = json.loads((root / f"{name}.json").read_text()) if code != 2 else None
+            found[name] = (code, out.getvalue(), err.getvalue(), saved, script)
+    return found
+
+
+def _source(script: Path, base: Path, out: str) -> None:
+    line = source_line(base, "self.norm(self.act(self.fc1(x)))")
+    assert f"  source A: {script}:{line}  x = self.norm(self.act(self.fc1(x)))" in out
+    assert f"  source B: {base}:{line}  x = self.norm(self.act(self.fc1(x)))" in out
+
+
+@mindspore
+def test_relu_for_gelu_is_named_at_the_activation_with_both_source_lines(versions):
+    code, out, err, saved, script = versions["relu"]
+    assert code == 1, out + err
+    assert "losses: the runs part at step 1: " in out and "dump: step 1 in both runs" in out
+    assert "answer: step 1, forward: A computes ReLU where B computes GeLU (cell act)" in out
+    assert "  reading:  replaced: A computes ReLU where B computes GeLU (cell act): fed the same inputs" in out
+    _source(script, versions["base"], out)
+    best = saved["answer"]
+    assert best["reading"] == "replaced" and best["phase"] == "forward" and best["cell"] == "act"
+    assert best["node_a"].endswith("/act-ReLU/ReLU-op0") and best["node_b"].endswith("/act-GELU/GeLU-op0")
+
+
+@mindspore
+def test_exact_gelu_against_tanh_gelu_parts_and_is_named_at_the_gelu(versions):
+    code, out, err, saved, script = versions["exact"]
+    assert code == 1, out + err
+    best = saved["answer"]
+    assert best["step"] == 1 and best["phase"] == "forward" and best["reading"] == "replaced"
+    # MindSpore computes the exact GELU from Erf and elementwise operators, the tanh form as one GeLU kernel
+    assert best["replaced"].startswith("A computes ") and best["replaced"].endswith(" where B computes GeLU (cell act)")
+    assert "Erf" in best["replaced"] and best["node_b"].endswith("/act-GELU/GeLU-op0")
+    assert 1e-5 < best["error"] < 1e-2        # the two GELUs differ by ~1e-4 of the activation: far above float32
+    _source(script, versions["base"], out)
+    assert "reused from" in err                # run B trained and dumped once for all four bisects
+
+
+@mindspore
+def test_identical_scripts_are_bit_equal_and_exit_0(versions):
+    code, out, err, saved, _ = versions["same"]
+    assert code == 0, out + err
+    assert "losses: 3 steps agree bit for bit" in out
+    assert "tolerance: same framework: step 1 is bit-equal, so the runs are reproducible" in out
+    assert "answer: no difference" in out and saved["answers"] == []
+
+
+@mindspore
+def test_noise_alone_at_step_1_is_told_from_a_change_by_its_dump(versions):
+    """A weight 4e-6 apart: step 1 is not bit-equal, but its dump shows no operator beyond float32 noise, so the
+    runs are read as not reproducible and the later steps are judged by rtol 1e-3: no difference, exit 0."""
+    code, out, err, saved, _ = versions["nudged"]
+    assert code == 0, out + err
+    assert "step 1's dump shows no operator beyond float32 noise" in err
+    assert "tolerance: same framework, not reproducible: step 1 differs by noise alone" in out
+    assert "answer: no difference" in out
+    assert "losses: 3 steps agree (step 1 within " in out and saved["dumped_steps"] == [1]
+
+
+@mindspore
+def test_a_change_below_float32_noise_parts_reproducible_runs(scripts, tmp_path, capsys):
+    """fc2's weight scaled by 1 + 2**-18 (4e-6) after step 2: a change under every float32 noise floor (with
+    compare-loss's rtol the runs would agree). Steps 1 and 2 are bit-equal, so the runs are compared bit for bit and
+    step 3 parts at fc2's MatMul, with a note that the difference is of noise size."""
+    base, changed = scripts("base.py"), scripts("changed.py", CHANGE_AFTER=2, SCALE=1 + 2 ** -18)
+    code, out, err = _bisect(capsys, _python(changed), _python(base), "--workdir", str(tmp_path / "work"),
+                             "--jobs", "2")
+    assert code == 1, out + err
+    assert "losses: the runs part at step 3: " in out and "tolerance: same framework: step 1 is bit-equal" in out
+    assert "answer: step 3, update: MatMul in cell fc2" in out and "fc2.weight" in out
+    assert "note: rank 0: MatMul differs by " in out and "within the float32 noise floor (1e-05)" in out

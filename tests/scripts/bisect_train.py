@@ -15,6 +15,7 @@ from mindspore.train import Callback, Model
 
 EPSILON = 1e-5          # the LayerNorm's epsilon
 CHANGE_AFTER = 0        # > 0: the callback below rescales fc2's weight after this step
+SCALE = 1.5             # by this factor
 CHANGE_RANK = -1        # the rank where it does (-1: every rank)
 CRASH_AT = 0            # > 0: the training raises at this step
 
@@ -46,7 +47,7 @@ class Tweak(Callback):
     def on_train_step_end(self, run_context):
         step = run_context.original_args().cur_step_num
         if step == CHANGE_AFTER and CHANGE_RANK in (-1, self.rank):
-            self.net.fc2.weight.set_data(ms.Tensor(self.net.fc2.weight.asnumpy() * 1.5))
+            self.net.fc2.weight.set_data(ms.Tensor(self.net.fc2.weight.asnumpy() * np.float32(SCALE)))
         if step + 1 == CRASH_AT:
             raise RuntimeError(f"the data loader broke before step {CRASH_AT}")
 
