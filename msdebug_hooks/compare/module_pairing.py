@@ -56,7 +56,7 @@ class Holder:
         return tuple(sorted(tuple(d for d in shape if d != 1) for shape in self.shapes))
 
 
-def _group(framework: str, layers: Mapping[str, Any], items: list) -> list:
+def group_holders(framework: str, layers: Mapping[str, Any], items: list) -> list:
     """Holders of ``items`` (``(path, full name, shape)`` in creation order) by owning module."""
     owned = table_rules(framework, layers, [path for path, _, _ in items]) if layers else {}
     holders: dict = {}
@@ -77,7 +77,7 @@ def mindspore_holders(cell: Any, names: Iterable[str]) -> list:
     wanted = set(names)
     items = [(path, param.name, tuple(param.shape)) for path, param in cell.parameters_and_names()
              if param.name in wanted]
-    return _group("mindspore", dict(cell.cells_and_names()), items)
+    return group_holders("mindspore", dict(cell.cells_and_names()), items)
 
 
 def torch_holders(state: Mapping[str, Any], names: Iterable[str], module: Any = None) -> list:
@@ -85,7 +85,7 @@ def torch_holders(state: Mapping[str, Any], names: Iterable[str], module: Any = 
     of the table (MultiheadAttention's ``out_proj`` is part of it), else each tensor's parent module holds it."""
     wanted = set(names)
     items = [(name, name, tuple(value.shape)) for name, value in state.items() if name in wanted]
-    return _group("pytorch", dict(module.named_modules()) if module is not None else {}, items)
+    return group_holders("pytorch", dict(module.named_modules()) if module is not None else {}, items)
 
 
 @dataclass
@@ -251,9 +251,11 @@ def pair_by_structure(a: list, b: list) -> list:
 
 
 def module_map(pairs: Mapping[str, str], ms_paths: Mapping[str, str], torch_names: Iterable[str]) -> dict:
-    """MindSpore cell path -> PyTorch module name, containers included: a cell maps to the smallest PyTorch module
-    that holds the partners of all its tensors when that module holds no other tensor (``pairs``: MindSpore
-    parameter name -> PyTorch name; ``ms_paths``: parameter name -> its path in the cell)."""
+    """MindSpore cell path -> PyTorch module name, containers included: a cell maps to a PyTorch module that holds
+    the partners of all its tensors and no other tensor (``pairs``: MindSpore parameter name -> PyTorch name;
+    ``ms_paths``: parameter name -> its path in the cell). Where wrappers nest around the same tensors on both
+    sides (``features.3`` > ``features.3.layers``, ``features.1`` > ``features.1.conv``), the innermost pair up
+    and the wrappers outermost first; a side with fewer wrappers gives its innermost module to the rest."""
     under_torch: dict = {}
     for name in torch_names:
         parts = name.split(".")
@@ -265,7 +267,7 @@ def module_map(pairs: Mapping[str, str], ms_paths: Mapping[str, str], torch_name
         parts = ms_paths.get(ms_name, ms_name).split(".")
         for cut in range(1, len(parts)):
             partners.setdefault(".".join(parts[:cut]), []).append(torch_name.split(".")[:-1])
-    modules = {}
+    chains: dict = {}   # PyTorch module -> the MindSpore cells whose tensors it holds exactly
     for cell, owners in partners.items():
         common = owners[0]
         for other in owners[1:]:
@@ -273,5 +275,14 @@ def module_map(pairs: Mapping[str, str], ms_paths: Mapping[str, str], torch_name
             common = common[:cut]
         target = ".".join(common)
         if target and under_torch.get(target) == len(owners):
-            modules[cell] = target
+            chains.setdefault(target, []).append(cell)
+    modules = {}
+    for target, cells in chains.items():
+        parts = target.split(".")
+        torch_chain = [".".join(parts[:cut]) for cut in range(1, len(parts) + 1)
+                       if under_torch.get(".".join(parts[:cut])) == under_torch[target]]
+        cells.sort(key=lambda cell: cell.count("."))
+        modules[cells[-1]] = torch_chain[-1]   # the layers themselves
+        for k, cell in enumerate(cells[:-1]):  # the wrappers around them, outermost first
+            modules[cell] = torch_chain[k] if k < len(torch_chain) - 1 else torch_chain[-1]
     return modules

@@ -1,18 +1,19 @@
 """The port check's first act: PyTorch's weights copied into the MindSpore cell, with no converter written by hand.
 
 Each MindSpore parameter finds its PyTorch tensor the way :func:`~msdebug_hooks.compare.naming.convert_torch_state`
-does (the user's mapping, then the layout table's names, layer by layer). A port whose attribute names differ
-(``layers.0.self_attn.wq`` for ``blocks.0.attn.q_proj``) leaves parameters over on both sides; those are paired by
-**structure**: both frameworks list parameters in the order the layers were created, so the left-over parameters
-are walked in that order and each takes the next left-over PyTorch tensor of the same parameter name (``weight``,
-``bias``, ``running_mean``, after the naming map) whose shape fits through a layout of the table. A pairing that
-cannot be completed is a ``ConfigError`` naming what is left, never a guess.
+does (the user's mapping, then the layout table's names, layer by layer). What that leaves over on both sides (a
+renamed container, shifted indices, another attribute name) is paired **by module structure**
+(:mod:`.module_pairing`): tensors grouped by the module that holds them, the two module trees aligned in creation
+order by the shapes they hold (names only break ties), then each tensor by its role inside its module (BatchNorm's
+four tensors whatever order they were created in) and its shape. Shapes that differ only by size-1 axes (a layer
+scale ``[C]`` against ``[C, 1, 1]``, a Dense against a 1x1 convolution) are no layout of the table: they pair by
+shape algebra, the summary names them, and the copy reshapes them. A parameter nothing pairs is a one-line
+``ConfigError`` naming what is left on each side, never a guess.
 
-The pairs give the **module map** too (MindSpore layer name -> PyTorch module name, containers included:
-``layers.0.self_attn`` -> ``blocks.0.attn``), which the layer comparison uses as its mapping, and the rules a
-mapping file would need (said in the report). BatchNorm running statistics are parameters in MindSpore
-(``moving_mean``/``moving_variance``) and buffers in PyTorch: they are copied like the weights; PyTorch's
-``num_batches_tracked`` has no MindSpore peer.
+The pairs give the **module map** too (MindSpore cell -> PyTorch module, containers included: ``layers.0.self_attn``
+-> ``blocks.0.attn``), which the layer comparison uses as its mapping, and the rules a mapping file would need (said
+in the report). BatchNorm running statistics are parameters in MindSpore (``moving_mean``/``moving_variance``) and
+buffers in PyTorch: they are copied like the weights; PyTorch's ``num_batches_tracked`` has no MindSpore peer.
 """
 from __future__ import annotations
 
