@@ -326,7 +326,9 @@ def to_mindspore_layout(value: Any, shape_mindspore: Sequence[int], unit_axes: b
 def one_layout(a: np.ndarray, b: np.ndarray) -> tuple:
     """``(a, b, note)`` with ``a`` brought to ``b``'s layout when the two differ only by a layout of the table (one
     is MindSpore's, the other PyTorch's: ``[o, i, 1, k]`` and ``[o, i, k]``); ``note`` says which, empty when
-    nothing was done. Reshapes only: the values and their order are untouched, so a real difference stays."""
+    nothing was done. Shapes equal once size-1 axes are dropped (a layer scale ``[C]`` and ``[C, 1, 1]``, which the
+    port check pairs by shape algebra) are brought together too, and the note says it is no layout of the table.
+    Reshapes only: the values and their order are untouched, so a real difference stays."""
     if a.shape == b.shape:
         return a, b, ""
     for shape_ms, shape_torch in ((a.shape, b.shape), (b.shape, a.shape)):
@@ -334,6 +336,9 @@ def one_layout(a: np.ndarray, b: np.ndarray) -> tuple:
         if transform is not None:
             return a.reshape(b.shape), b, (f"compared as {list(b.shape)} ({'/'.join(_LAYERS_OF[transform])} "
                                            f"layout: {list(shape_ms)} in MindSpore, {list(shape_torch)} in PyTorch)")
+    if unit_axes_between(a.shape, b.shape):
+        return a.reshape(b.shape), b, (f"compared as {list(b.shape)} ({list(a.shape)} and {list(b.shape)} are equal "
+                                       f"once size-1 axes are dropped: shape algebra, no layout of the table)")
     return a, b, ""
 
 

@@ -197,6 +197,7 @@ def test_layer_scale_against_unit_axes_is_copied_reshaped(zoo):
     assert case["pairs"]["down_sample.1.moving_variance"] == "downsample.1.running_var"
     assert case["modules"]["down_sample"] == "downsample" and case["modules"]["head"] == "fc"
     assert "1 paired by shape algebra" in case["summary"] and case["logits_error"] < 1e-6
+    assert case["port_check"]["ok"], case["port_check"]["headline"]  # the [C] parameter compared as [C, 1, 1]
 
 
 @pytest.mark.mindspore

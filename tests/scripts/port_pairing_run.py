@@ -5,8 +5,10 @@ weights, ``num_classes=10``): ``pair_parameters`` then ``copy_into`` with random
 of both in eval mode on one batch. The input side is chosen so that MindSpore's ``pad_mode='same'`` layers
 (mindcv's max pool, ConvNeXt-style stems) pad as PyTorch's explicit padding does; the architectures are otherwise
 the same. ShuffleNet v2 differs by architecture (mindcv shuffles channels at the start of a block, torchvision at
-the end), so only its module map is kept. Small ports: a layer scale ``[C]`` against ``[C, 1, 1]``, and a port
-missing one layer (the error). Results go to ``OUT_DIR/results.json`` for tests/compare/test_port_pairing.py.
+the end), so only its module map is kept. Small ports: a layer scale ``[C]`` against ``[C, 1, 1]`` (also run
+through ``compare_models``: one training step must read clean, the ``[C]`` parameter compared as ``[C, 1, 1]``),
+and ports missing or changing one layer (the error). Results go to ``OUT_DIR/results.json`` for
+tests/compare/test_port_pairing.py.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from mindcv.models import create_model
 from mindspore import nn as mnn
 from torch import nn as tnn
 
+from msdebug_hooks.compare.port_check import compare_models
 from msdebug_hooks.compare.port_weights import copy_into, pair_parameters, torch_state
 from msdebug_hooks.errors import ConfigError
 from zoo.torch_zoos import import_torch_zoos
@@ -114,6 +117,10 @@ def planted_cases() -> dict:
     copy_into(cell, state, copy)
     scale = {"pairs": copy.pairs, "how": copy.how, "unit_axes": copy.unit_axes, "summary": copy.summary(),
              "modules": copy.modules, "logits_error": logits_error(cell, module, 6)}
+    torch.manual_seed(1)
+    check = compare_models(ScaleModule(), ScaleCell(), np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(
+        np.float32), np.array([1, 3]), steps=1)
+    scale["port_check"] = {"ok": check.ok, "headline": check.headline()}
     errors = {}
     for case, reference in (("missing_layer", module), ("different_layer", ScaleModule(other=True))):
         try:
