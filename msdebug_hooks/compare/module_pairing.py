@@ -6,17 +6,18 @@ them (its class or a subclass: BatchNorm's four tensors are one holder, whatever
 the module the tensor sits in directly. A holder's **signature** is the multiset of its tensors' shapes with size-1
 axes dropped, so a Conv1d weight ``[o, i, 1, k]`` and ``[o, i, k]``, or a layer scale ``[C]`` and ``[C, 1, 1]``,
 sign alike. Both frameworks list tensors in the order the modules were created (a module's own tensors before its
-children's), so the two holder sequences are **aligned in order**: the longest order-preserving sequence of holder
-pairs with equal signatures (dynamic programming); among alignments of that length the one whose holders agree most
-by name wins (names are a hint only: the same roles, the same path parts). Holders the alignment leaves over pair
-when their signatures are equal (the best name hint first): a module created elsewhere in one model.
+children's), so the two **module trees are matched top down** (:func:`match`): at each level the items (holders and
+modules, a module signing for everything below it) with equal signatures are aligned in order (:func:`align`: the
+most pairs; among those the fewest runs, so a module created elsewhere in one model moves as one run; then the most
+agreement by name, a hint only), an aligned pair of modules is matched inside, and the items left over on both sides
+are opened one level and aligned again. Branches created in the opposite order pair by their containers; a
+container split differently in the two models falls back to its layers.
 
 Inside a holder pair each tensor takes its partner by role (the layout table's name: BatchNorm's ``gamma`` is
 ``weight``, ``moving_variance`` is ``running_var``), then by shape in creation order: first shapes equal or related
 by a layout of the table, then shapes equal once size-1 axes are dropped (**shape algebra**: the caller reports
 each such pair; nothing is reshaped silently). The **module map** (MindSpore cell -> PyTorch module) follows from
-the pairs: a cell maps to the smallest PyTorch module holding its tensors' partners when that module holds exactly
-those.
+the pairs: a cell maps to a PyTorch module that holds its tensors' partners and nothing else (:func:`module_map`).
 """
 from __future__ import annotations
 
