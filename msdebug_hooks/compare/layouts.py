@@ -46,6 +46,11 @@ class ParamRule:
         found = re.fullmatch(pattern, relative_name)
         return self.pytorch.replace("{k}", found.group(1)) if found else None
 
+    def covers(self, framework: str, relative_name: str) -> bool:
+        """Whether this rule names ``relative_name`` in ``framework`` (``"mindspore"`` or ``"pytorch"``)."""
+        own = self.mindspore if framework == "mindspore" else self.pytorch
+        return re.fullmatch(re.escape(own).replace(r"\{k\}", r"\d+(?:_reverse)?"), relative_name) is not None
+
 
 @dataclass(frozen=True)
 class LayerLayout:
@@ -197,6 +202,18 @@ def layout_of(framework: str, class_name: str) -> Optional[LayerLayout]:
     return None
 
 
+def layout_for(framework: str, layer: Any) -> Optional[LayerLayout]:
+    """The table's entry for a layer object, subclasses included: the first class of its MRO that belongs to the
+    framework's ``nn`` package and is in the table (timm's ``BatchNormAct2d`` is a ``torch.nn.BatchNorm2d``)."""
+    package = "mindspore.nn." if framework == "mindspore" else "torch.nn."
+    for klass in type(layer).__mro__:
+        if klass.__module__.startswith(package):
+            layout = layout_of(framework, klass.__name__)
+            if layout is not None:
+                return layout
+    return None
+
+
 def is_atomic(framework: str, cell: Any) -> bool:
     """True for a built-in layer whose children are its own business: recorded as one layer, children not.
 
@@ -263,8 +280,9 @@ def pytorch_name_for(layout: LayerLayout, relative_name: str) -> Optional[str]:
     return None
 
 
-def rule_for(layout: LayerLayout, relative_name: str) -> Optional[ParamRule]:
-    return next((rule for rule in layout.params if rule.matches(relative_name) is not None), None)
+def rule_for(layout: LayerLayout, relative_name: str, framework: str = "mindspore") -> Optional[ParamRule]:
+    """The rule of ``layout`` that names ``relative_name`` in ``framework``, or None."""
+    return next((rule for rule in layout.params if rule.covers(framework, relative_name)), None)
 
 
 # --- values -----------------------------------------------------------------------------------------------------
@@ -287,17 +305,30 @@ def transform_between(shape_mindspore: Sequence[int], shape_pytorch: Sequence[in
     return next((name for name, fits in _TRANSFORMS.items() if fits(shape_mindspore, shape_pytorch)), None)
 
 
-def to_mindspore_layout(value: Any, shape_mindspore: Sequence[int]) -> Optional[np.ndarray]:
-    """A PyTorch-layout array in MindSpore's ``shape_mindspore``, or None when the table knows no such layout."""
+def unit_axes_between(shape_a: Sequence[int], shape_b: Sequence[int]) -> bool:
+    """True when two different shapes hold the same values in the same order once their size-1 axes are dropped
+    (a layer scale ``[C]`` and ``[C, 1, 1]``, a 1x1 convolution ``[o, i, 1, 1]`` and a linear ``[o, i]``): shape
+    algebra, not a layout of the table, so whoever pairs by it must say so."""
+    squeeze = [tuple(d for d in shape if d != 1) for shape in (shape_a, shape_b)]
+    return tuple(shape_a) != tuple(shape_b) and squeeze[0] == squeeze[1]
+
+
+def to_mindspore_layout(value: Any, shape_mindspore: Sequence[int], unit_axes: bool = False) -> Optional[np.ndarray]:
+    """A PyTorch-layout array in MindSpore's ``shape_mindspore``, or None when the table knows no such layout
+    (``unit_axes``: also a shape that differs only by size-1 axes, see :func:`unit_axes_between`)."""
     array = np.asarray(value)
     transform = transform_between(shape_mindspore, array.shape)
-    return None if transform is None else array.reshape(tuple(shape_mindspore))
+    if transform is None and not (unit_axes and unit_axes_between(shape_mindspore, array.shape)):
+        return None
+    return array.reshape(tuple(shape_mindspore))
 
 
 def one_layout(a: np.ndarray, b: np.ndarray) -> tuple:
     """``(a, b, note)`` with ``a`` brought to ``b``'s layout when the two differ only by a layout of the table (one
     is MindSpore's, the other PyTorch's: ``[o, i, 1, k]`` and ``[o, i, k]``); ``note`` says which, empty when
-    nothing was done. Reshapes only: the values and their order are untouched, so a real difference stays."""
+    nothing was done. Shapes equal once size-1 axes are dropped (a layer scale ``[C]`` and ``[C, 1, 1]``, which the
+    port check pairs by shape algebra) are brought together too, and the note says it is no layout of the table.
+    Reshapes only: the values and their order are untouched, so a real difference stays."""
     if a.shape == b.shape:
         return a, b, ""
     for shape_ms, shape_torch in ((a.shape, b.shape), (b.shape, a.shape)):
@@ -305,6 +336,9 @@ def one_layout(a: np.ndarray, b: np.ndarray) -> tuple:
         if transform is not None:
             return a.reshape(b.shape), b, (f"compared as {list(b.shape)} ({'/'.join(_LAYERS_OF[transform])} "
                                            f"layout: {list(shape_ms)} in MindSpore, {list(shape_torch)} in PyTorch)")
+    if unit_axes_between(a.shape, b.shape):
+        return a.reshape(b.shape), b, (f"compared as {list(b.shape)} ({list(a.shape)} and {list(b.shape)} are equal "
+                                       f"once size-1 axes are dropped: shape algebra, no layout of the table)")
     return a, b, ""
 
 

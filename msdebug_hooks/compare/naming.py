@@ -65,7 +65,7 @@ def is_framework_bookkeeping(name: str, framework: str) -> bool:
 
 
 def convert_torch_state(torch_state: Mapping[str, object], mindspore_names: Union[Iterable[str], Mapping, Any],
-                        mapping: Optional[Mapping[str, str]] = None) -> dict:
+                        mapping: Optional[Mapping[str, str]] = None, *, unit_axes: bool = False) -> dict:
     """``{mindspore_name: value}`` for every MindSpore parameter, taken from a PyTorch state dict through the layout
     table (``mapping``: PyTorch name -> MindSpore name, overriding it).
 
@@ -73,11 +73,13 @@ def convert_torch_state(torch_state: Mapping[str, object], mindspore_names: Unio
     parameters (values as numpy arrays in MindSpore's layout: a Conv1d weight gains its unit axis), or the network
     itself (also each layer's exact rule and defaults; values as ``mindspore.Parameter``, so the result goes
     straight into ``mindspore.load_param_into_net(net, ...)``). Raises ``ConfigError`` naming the MindSpore
-    parameters that found no PyTorch value and the values no layout of the table fits.
+    parameters that found no PyTorch value and the values no layout of the table fits. ``unit_axes=True`` also
+    reshapes a value whose shape differs only by size-1 axes (a layer scale ``[C]`` from ``[C, 1, 1]``): no layout
+    of the table, so it is off unless the caller reports those pairs (the port check does).
     """
     from msdebug_hooks.compare.state_conversion import convert_torch_state as convert
 
-    return convert(torch_state, mindspore_names, mapping)
+    return convert(torch_state, mindspore_names, mapping, unit_axes=unit_axes)
 
 
 def load_name_mapping(path: PathLike) -> NameMapping:

@@ -280,7 +280,7 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
     loss_name = resolve_loss(loss, batch)
     custom = (None, None) if isinstance(loss, str) else tuple(loss)
     state = torch_state(torch_module)
-    copy = pair_parameters(state, mindspore_cell, mapping)
+    copy = pair_parameters(state, mindspore_cell, mapping, torch_module)
     if copy_weights:
         copy_into(mindspore_cell, state, copy)
     else:

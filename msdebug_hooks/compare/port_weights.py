@@ -1,18 +1,19 @@
 """The port check's first act: PyTorch's weights copied into the MindSpore cell, with no converter written by hand.
 
 Each MindSpore parameter finds its PyTorch tensor the way :func:`~msdebug_hooks.compare.naming.convert_torch_state`
-does (the user's mapping, then the layout table's names, layer by layer). A port whose attribute names differ
-(``layers.0.self_attn.wq`` for ``blocks.0.attn.q_proj``) leaves parameters over on both sides; those are paired by
-**structure**: both frameworks list parameters in the order the layers were created, so the left-over parameters
-are walked in that order and each takes the next left-over PyTorch tensor of the same parameter name (``weight``,
-``bias``, ``running_mean``, after the naming map) whose shape fits through a layout of the table. A pairing that
-cannot be completed is a ``ConfigError`` naming what is left, never a guess.
+does (the user's mapping, then the layout table's names, layer by layer). What that leaves over on both sides (a
+renamed container, shifted indices, another attribute name) is paired **by module structure**
+(:mod:`.module_pairing`): tensors grouped by the module that holds them, the two module trees aligned in creation
+order by the shapes they hold (names only break ties), then each tensor by its role inside its module (BatchNorm's
+four tensors whatever order they were created in) and its shape. Shapes that differ only by size-1 axes (a layer
+scale ``[C]`` against ``[C, 1, 1]``, a Dense against a 1x1 convolution) are no layout of the table: they pair by
+shape algebra, the summary names them, and the copy reshapes them. A parameter nothing pairs is a one-line
+``ConfigError`` naming what is left on each side, never a guess.
 
-The pairs give the **module map** too (MindSpore layer name -> PyTorch module name, containers included:
-``layers.0.self_attn`` -> ``blocks.0.attn``), which the layer comparison uses as its mapping, and the rules a
-mapping file would need (said in the report). BatchNorm running statistics are parameters in MindSpore
-(``moving_mean``/``moving_variance``) and buffers in PyTorch: they are copied like the weights; PyTorch's
-``num_batches_tracked`` has no MindSpore peer.
+The pairs give the **module map** too (MindSpore cell -> PyTorch module, containers included: ``layers.0.self_attn``
+-> ``blocks.0.attn``), which the layer comparison uses as its mapping, and the rules a mapping file would need (said
+in the report). BatchNorm running statistics are parameters in MindSpore (``moving_mean``/``moving_variance``) and
+buffers in PyTorch: they are copied like the weights; PyTorch's ``num_batches_tracked`` has no MindSpore peer.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from msdebug_hooks.compare.layouts import pytorch_style_name, transform_between
+from msdebug_hooks.compare.module_pairing import (mindspore_holders, module_map, pair_by_structure, shape_fit,
+                                                  torch_holders)
 from msdebug_hooks.compare.name_rules import NameMapping, NameRule, suggest_rules
 from msdebug_hooks.compare.naming import PYTORCH_ONLY_SUFFIXES
 from msdebug_hooks.compare.state_conversion import _overrides, _rule_names, as_array
@@ -38,6 +41,8 @@ class WeightCopy:
     how: dict = field(default_factory=dict)            # ms name -> BY_MAPPING / BY_NAME / BY_STRUCTURE
     modules: dict = field(default_factory=dict)        # ms layer/container name -> torch module name
     reshaped: list = field(default_factory=list)       # ms names whose layout the table transformed
+    unit_axes: list = field(default_factory=list)      # ms names paired through size-1 axes (shape algebra)
+    unpaired_torch: list = field(default_factory=list)  # PyTorch tensors no MindSpore parameter took
     rules: list = field(default_factory=list)          # suggested mapping rules (for the structure pairs)
     copied: bool = True                                # False: the cell kept its own weights (checked, not copied)
 
@@ -72,12 +77,22 @@ class WeightCopy:
         verb = "copied" if self.copied else "paired (the cell's own values kept)"
         text = (f"{len(self.pairs)} parameters {verb} from PyTorch: {counts[BY_NAME]} by name"
                 + (f", {counts[BY_MAPPING]} by the mapping" if counts[BY_MAPPING] else "")
-                + (f", {counts[BY_STRUCTURE]} by structure (creation order, parameter name and shape)"
-                   if counts[BY_STRUCTURE] else ""))
+                + (f", {counts[BY_STRUCTURE]} by structure (modules aligned in creation order by their tensors' "
+                   f"shapes, then roles and shapes inside each)" if counts[BY_STRUCTURE] else ""))
         if self.reshaped:
-            text += f"; {len(self.reshaped)} laid out by the layout table ({', '.join(self.reshaped[:3])}"
-            text += ", ...)" if len(self.reshaped) > 3 else ")"
+            text += f"; {len(self.reshaped)} laid out by the layout table ({_listed(self.reshaped)})"
+        if self.unit_axes:
+            shown = ", ".join(f"{name} from {self.pairs[name]}" for name in self.unit_axes[:3])
+            text += (f"; {len(self.unit_axes)} paired by shape algebra, equal once size-1 axes are dropped (no "
+                     f"layout of the table; reshaped): {shown}{', ...' if len(self.unit_axes) > 3 else ''}")
+        if self.unpaired_torch:
+            text += (f"; {len(self.unpaired_torch)} PyTorch tensors have no MindSpore peer "
+                     f"({_listed(self.unpaired_torch)})")
         return text
+
+
+def _listed(names: list, shown: int = 3) -> str:
+    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
 
 
 def torch_state(module: Any) -> dict:
@@ -86,10 +101,12 @@ def torch_state(module: Any) -> dict:
             if name.rpartition(".")[2] not in PYTORCH_ONLY_SUFFIXES}
 
 
-def pair_parameters(state: Mapping[str, np.ndarray], cell: Any,
-                    mapping: Optional[Mapping[str, str]] = None) -> WeightCopy:
+def pair_parameters(state: Mapping[str, np.ndarray], cell: Any, mapping: Optional[Mapping[str, str]] = None,
+                    torch_module: Any = None) -> WeightCopy:
     """Pair every MindSpore parameter of ``cell`` with a PyTorch tensor of ``state`` (``mapping``: PyTorch name ->
-    MindSpore name, overriding the rest). ``ConfigError`` naming what found no partner."""
+    MindSpore name, overriding the rest): the mapping, the names of the layout table, then the module structure
+    (:mod:`.module_pairing`; ``torch_module``, when given, tells which PyTorch tensors one table layer owns).
+    ``ConfigError``, one line naming what is left unpaired on each side, when a parameter finds no partner."""
     params = list(cell.parameters_and_names())
     shapes = {param.name: tuple(param.shape) for _, param in params}
     by_rule = _rule_names(cell)
@@ -108,27 +125,35 @@ def pair_parameters(state: Mapping[str, np.ndarray], cell: Any,
             continue
         copy.pairs[name], copy.how[name] = found
         taken.add(found[0])
-    free = [name for name in state if name not in taken]
-    for name in left:  # structure: creation order, the same parameter name, a shape that fits
-        leaf = _leaf(by_rule.get(name, (None,))[0] or pytorch_style_name(name))
-        index = next((i for i, torch in enumerate(free)
-                      if _leaf(torch) == leaf and _fits(shapes[name], state[torch].shape)), None)
-        if index is None:
-            continue
-        copy.pairs[name], copy.how[name] = free[index], BY_STRUCTURE
-        del free[:index + 1]  # later parameters pair only with later tensors: the order is the structure
+    if left:
+        free = [name for name in state if name not in taken]
+        found = pair_by_structure(mindspore_holders(cell, left), torch_holders(state, free, torch_module))
+        for ms_name, torch_name, _ in found:
+            copy.pairs[ms_name], copy.how[ms_name] = torch_name, BY_STRUCTURE
     missing = [name for name in left if name not in copy.pairs]
+    paired = set(copy.pairs.values())
+    copy.unpaired_torch = [name for name in state if name not in paired]
     if missing:
-        raise ConfigError("torch_module", sorted(state)[:6], "a PyTorch model holding a tensor for every MindSpore "
-                          "parameter (by name, the layout table, or the same structure)",
-                          detail=f"no partner for {', '.join(missing[:8])}"
-                          + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
-                          + "; pass a mapping (PyTorch name -> MindSpore name, rules such as 'blocks.* -> layers.*')")
-    copy.reshaped = [name for name, torch in copy.pairs.items() if shapes[name] != tuple(state[torch].shape)]
-    copy.modules = _module_map(copy.pairs)
+        raise ConfigError("torch_module", f"a state dict of {len(state)} tensors", "a PyTorch model holding a "
+                          "partner for every MindSpore parameter (by name, the layout table or the module structure)",
+                          detail=f"left unpaired: MindSpore {_few(missing)}; PyTorch {_few(copy.unpaired_torch)}; "
+                                 f"pass a mapping (PyTorch name -> MindSpore name, rules such as 'blocks.* -> "
+                                 f"layers.*') where the models really are the same")
+    for ms_name, torch_name in copy.pairs.items():
+        if shapes[ms_name] != tuple(state[torch_name].shape):
+            target = copy.reshaped if transform_between(shapes[ms_name], state[torch_name].shape) else copy.unit_axes
+            target.append(ms_name)
+    copy.modules = module_map(copy.pairs, {param.name: path for path, param in params}, state)
     structural = [(ms, torch) for ms, torch in copy.pairs.items() if copy.how[ms] == BY_STRUCTURE]
     copy.rules = [str(rule) for rule in suggest_rules((torch, pytorch_style_name(ms)) for ms, torch in structural)]
     return copy
+
+
+def _few(names: list, shown: int = 4) -> str:
+    """``3 (a, b, c)``: a count and the first names."""
+    if not names:
+        return "0"
+    return f"{len(names)} ({', '.join(names[:shown])}{', ...' if len(names) > shown else ''})"
 
 
 def copy_into(cell: Any, state: Mapping[str, np.ndarray], copy: WeightCopy) -> None:
@@ -138,7 +163,7 @@ def copy_into(cell: Any, state: Mapping[str, np.ndarray], copy: WeightCopy) -> N
     from msdebug_hooks.compare.naming import convert_torch_state
 
     mapping = {torch: ms_name for ms_name, torch in copy.pairs.items()}
-    converted = convert_torch_state(dict(state), cell, mapping)
+    converted = convert_torch_state(dict(state), cell, mapping, unit_axes=bool(copy.unit_axes))
     not_loaded = ms.load_param_into_net(cell, converted, strict_load=True)
     not_loaded = not_loaded[0] if isinstance(not_loaded, tuple) else not_loaded
     if not_loaded:
@@ -146,25 +171,5 @@ def copy_into(cell: Any, state: Mapping[str, np.ndarray], copy: WeightCopy) -> N
                           detail=f"not loaded: {', '.join(not_loaded[:8])}")
 
 
-def _leaf(name: str) -> str:
-    return name.rpartition(".")[2]
-
-
 def _fits(shape_ms: tuple, shape_torch: tuple) -> bool:
-    return transform_between(shape_ms, shape_torch) is not None
-
-
-def _module_map(pairs: Mapping[str, str]) -> dict:
-    """MindSpore module name -> PyTorch module name, from the parameter pairs: strip the parameter's own name
-    (and MindSpore's inner parts such as BatchNorm3d's ``bn2d``), then walk both paths up together."""
-    modules: dict = {"": ""}
-    for ms_name, torch_name in pairs.items():
-        ms_parts = pytorch_style_name(ms_name).split(".")[:-1]
-        torch_parts = torch_name.split(".")[:-1]
-        # the module that holds the parameter, minus MindSpore-only inner parts the naming map dropped
-        ms_layer = ms_name.split(".")[:len(ms_parts)]
-        while ms_layer and torch_parts:
-            modules.setdefault(".".join(ms_layer), ".".join(torch_parts))
-            ms_layer, torch_parts = ms_layer[:-1], torch_parts[:-1]
-    modules.pop("", None)
-    return modules
+    return shape_fit(shape_ms, shape_torch) is not None

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from msdebug_hooks.compare.layouts import layout_of, pytorch_style_name, rule_for, to_mindspore_layout
+from msdebug_hooks.compare.layouts import layout_for, pytorch_style_name, rule_for, to_mindspore_layout
 from msdebug_hooks.errors import ConfigError
 
 
@@ -49,24 +49,32 @@ def _targets(mindspore_names: Any) -> tuple:
     return [str(item) for item in items], None, None
 
 
-def _rule_names(network: Any) -> dict:
-    """MindSpore parameter name -> (PyTorch name, default) from the layer each parameter belongs to: the outermost
-    layer of the table whose rules cover the parameter's name below it."""
-    cells = dict(network.cells_and_names())
+def table_rules(framework: str, layers: Mapping[str, Any], paths: Any) -> dict:
+    """Tensor path -> ``(layer path, rule)`` for the tensors a layer of the table owns: the outermost layer (its
+    class or a subclass, see :func:`~msdebug_hooks.compare.layouts.layout_for`) whose rules cover the tensor's name
+    below it. ``layers``: path -> layer object (``cells_and_names`` / ``named_modules``)."""
     found = {}
-    for path, param in network.parameters_and_names():
+    for path in paths:
         parts = path.split(".")
         for cut in range(len(parts)):
             prefix = ".".join(parts[:cut])
-            cell = cells.get(prefix)
-            if cell is None or not type(cell).__module__.startswith("mindspore.nn."):
-                continue
-            layout = layout_of("mindspore", type(cell).__name__)
-            rule = rule_for(layout, ".".join(parts[cut:])) if layout is not None else None
+            layer = layers.get(prefix)
+            layout = layout_for(framework, layer) if layer is not None else None
+            rule = rule_for(layout, ".".join(parts[cut:]), framework) if layout is not None else None
             if rule is not None:
-                torch_relative = rule.matches(".".join(parts[cut:]))
-                found[param.name] = (f"{prefix}.{torch_relative}" if prefix else torch_relative, rule.default)
+                found[path] = (prefix, rule)
                 break
+    return found
+
+
+def _rule_names(network: Any) -> dict:
+    """MindSpore parameter name -> (PyTorch name, default) from the layer each parameter belongs to (see
+    :func:`table_rules`)."""
+    params = {path: param.name for path, param in network.parameters_and_names()}
+    found = {}
+    for path, (prefix, rule) in table_rules("mindspore", dict(network.cells_and_names()), params).items():
+        torch_relative = rule.matches(path[len(prefix) + 1:] if prefix else path)
+        found[params[path]] = (f"{prefix}.{torch_relative}" if prefix else torch_relative, rule.default)
     return found
 
 
@@ -86,10 +94,12 @@ def _overrides(torch_state: Mapping[str, Any], mapping: Optional[Mapping[str, st
 
 
 def convert_torch_state(torch_state: Mapping[str, Any], mindspore_names: Any,
-                        mapping: Optional[Mapping[str, str]] = None) -> dict:
+                        mapping: Optional[Mapping[str, str]] = None, *, unit_axes: bool = False) -> dict:
     """``{mindspore_name: value}`` for every MindSpore parameter, from a PyTorch state dict (see the module
     docstring for what ``mindspore_names`` may be). ``ConfigError`` names every parameter without a PyTorch value
-    and every value whose shape no layout of the table turns into the MindSpore one."""
+    and every value whose shape no layout of the table turns into the MindSpore one. ``unit_axes``: a value whose
+    shape differs only by size-1 axes is reshaped too (for a caller that found and reported such pairs, as the
+    port check does; off by default because the table has no such layout)."""
     names, shapes, network = _targets(mindspore_names)
     overrides = _overrides(torch_state, mapping)
     by_rule = _rule_names(network) if network is not None else {}
@@ -108,7 +118,7 @@ def convert_torch_state(torch_state: Mapping[str, Any], mindspore_names: Any,
         value = torch_state[torch_name]
         if shapes is not None:
             value = as_array(value)
-            laid_out = to_mindspore_layout(value, shapes[ms_name])
+            laid_out = to_mindspore_layout(value, shapes[ms_name], unit_axes)
             if laid_out is None:
                 misshapen.append(f"{ms_name} {list(shapes[ms_name])} from {torch_name} {list(value.shape)}")
                 continue
