@@ -42,6 +42,13 @@ INTRO = (
     "flipped weight: named at their module with the finding's kind and the replay's verdict). Weights are paired "
     "by the check itself: no mapping file. `benchmarks/zoo_ports.py` regenerates this section; "
     "`tests/compare/test_zoo_ports.py` runs a few cases in CI.")
+JUDGING = (
+    "A case is **right** when the text, JSON and HTML reports agree and: a noise-only pair exits 0; a port keeping "
+    "real differences exits 1 with each difference named -- the first divergence at (or inside) one of its layers, "
+    "or a `SETTING` on every one of them -- and no setting or first divergence anywhere else; a planted bug is the "
+    "first divergence at its layer with its kind (`layer`, `parameter` for a converter's weight mistake checked "
+    "with `copy_weights=False`, `update` for BatchNorm momentum) and replay verdict (`own`; none for an update), "
+    "with no setting on another layer. Reported `exit 2` is a `ConfigError` (the weights could not be paired).")
 
 
 def main(argv=None) -> int:
@@ -65,10 +72,10 @@ def main(argv=None) -> int:
     children = os.times()
     child_cpu = (children.children_user - cpu.children_user) + (children.children_system - cpu.children_system)
     rows = [judge(case, result) for case, result in zip(cases, results)]
-    section.add(INTRO, "", table(rows), "")
+    section.add(INTRO, "", JUDGING, "", table(rows), "")
     section.say(summary(rows) + ".",
-                f"{len(cases)} cases in {wall:.0f} s wall clock ({child_cpu:.0f} s CPU in the case processes); "
-                f"raw reports: {out}")
+                f"{len(cases)} cases in {wall:.0f} s wall clock ({child_cpu:.0f} s CPU in the case processes).")
+    print(f"raw reports: {out}")
     if not args.no_doc and not args.arch and not args.case:
         section.write(doc=DOC)
         print(f"table written to {DOC.relative_to(ROOT)}")

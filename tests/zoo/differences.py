@@ -105,12 +105,12 @@ DIFFERENCES = {
     "swin_tiny": (
         Difference("gelu_form", "GELU in the tanh form where the reference uses the exact erf form",
                    "mindcv/models/swintransformer.py:280 act_layer=nn.GELU (approximate=True)",
-                   "timm/models/swin_transformer.py nn.GELU via act_layer='gelu' (approximate='none')",
+                   "timm/models/swin_transformer.py:399 act_layer=nn.GELU (approximate='none')",
                    al.gelus, al.exact_gelu),
         Difference("patch_merging_eps", "the patch-merging LayerNorm is built without epsilon (1e-7) where the "
                    "reference's has 1e-5",
                    "mindcv/models/swintransformer.py:422 self.norm = norm_layer([dim * 4, ])",
-                   "timm/models/swin_transformer.py nn.LayerNorm(4 * dim) (eps=1e-5)",
+                   "timm/models/swin_transformer.py:638 norm_layer(4 * dim), :624 nn.LayerNorm (eps=1e-5)",
                    lambda net: al.layernorms_with(net, 1e-7), al.layernorm_epsilon(1e-7, 1e-5)),
         Difference("drop_path_rate", "stochastic depth rising to 0.2 where the reference's default rises to 0.1",
                    "mindcv/models/swintransformer.py:708 drop_path_rate=0.2",

@@ -100,8 +100,8 @@ def replace(net: Any, name: str, new: Any) -> None:
         raise ValueError(f"{name!r} holds parameters: edit it, do not replace it")
     parent_name, _, child = name.rpartition(".")
     parent = cell(net, parent_name) if parent_name else net
-    if isinstance(parent, nn.SequentialCell):
-        parent[int(child)] = new
+    if isinstance(parent, nn.SequentialCell):   # its construct runs cell_list, which __setitem__ keeps in step
+        parent[list(parent.name_cells()).index(child)] = new
     else:
         setattr(parent, child, new)
 

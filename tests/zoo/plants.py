@@ -125,7 +125,7 @@ def plants_for(arch: str) -> tuple:
                           swapped("feature.1.0.pwconv1.weight", "feature.1.1.pwconv1.weight")),
         "vit_b_32_224": (gelu_tanh("blocks.2.mlp.act"), ln_eps("blocks.1.norm2"),
                          activation("blocks.3.mlp.act", nn.ReLU, "ReLU for GELU"),
-                         dropout_on("blocks.0.attn.attn_drop"), transposed("blocks.1.attn.proj.weight"),
+                         dropout_on("pos_drop"), transposed("blocks.1.attn.proj.weight"),
                          swapped("blocks.0.mlp.fc1.weight", "blocks.1.mlp.fc1.weight")),
         "swin_tiny": (gelu_tanh("layers.0.blocks.0.mlp.act"), ln_eps("layers.1.blocks.0.norm1"),
                       dropout_on("layers.0.blocks.0.attn.attn_drop"),
