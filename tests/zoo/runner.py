@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -35,8 +36,6 @@ def _build(case):
         if difference.key not in case.kept:
             torch_kwargs.update(difference.torch_kwargs)
     net = arch.build_mindspore()
-    from dataclasses import replace
-
     model = replace(arch, torch_kwargs=torch_kwargs).build_torch()
     kept_layers = {d.key: d.layers(net) for d in differences if d.key in case.kept}
     for difference in differences:
