@@ -40,7 +40,8 @@ INTRO = (
     "or as the first divergence, and nothing else), aligned **but for one** difference, and **planted** bugs in the "
     "aligned port (norm epsilon, activation type and form, padding, dropout left on, a transposed, swapped or "
     "flipped weight: named at their module with the finding's kind and the replay's verdict). Weights are paired "
-    "by the check itself: no mapping file. `benchmarks/zoo_ports.py` regenerates this section; "
+    "by the check itself: no mapping file. VGG-11 (mindcv's head accepts only 224x224: 133M parameters, minutes "
+    "per case) runs with `--heavy` only. `benchmarks/zoo_ports.py` regenerates this section; "
     "`tests/compare/test_zoo_ports.py` runs a few cases in CI.")
 JUDGING = (
     "A case is **right** when the text, JSON and HTML reports agree and: a noise-only pair exits 0; a port keeping "
