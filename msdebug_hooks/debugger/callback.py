@@ -38,7 +38,7 @@ from msdebug_hooks.debugger.capture import CellCapture
 from msdebug_hooks.debugger.graph import build_graph
 from msdebug_hooks.debugger.dump_source import SOURCES, DumpTensorSource, source_options_from_env
 from msdebug_hooks.debugger.session import Decision, DebuggerSession
-from msdebug_hooks.debugger.step_order import OncePerStep, restore, run_first, user_callback_names
+from msdebug_hooks.step_order import OncePerStep, restore, run_first, user_callback_names
 from msdebug_hooks.debugger.settings import PARTIAL_MEM_NOTE, DebuggerSettings
 from msdebug_hooks.debugger.tensors import NetworkTensors
 from msdebug_hooks.debugger.transport import Transport

@@ -1,16 +1,16 @@
-"""Run the debugger's step end before every other callback's, wherever the debugger sits in the callback list.
+"""Run one callback's step end (the debugger's, ``LossGuard``'s) before every other callback's, wherever it sits.
 
 MindSpore calls the callbacks' ``on_train_step_end`` in list order, and an earlier one may end the job in that same
 step end: ``LossMonitor`` raises ``ValueError`` on a NaN/Inf loss, a user callback may raise on its own checks. Then
-the debugger, further down the list, never sees the step: a watchpoint hit at the step that went wrong never reaches
-the UI. Env activation puts the debugger first; a ``DebuggerCallback`` the script lists after others is made first
-here: at ``on_train_begin`` the step-end hook of each callback listed before it is wrapped (on that instance only,
-undone at the end of training) so that it runs the debugger's step end first. The debugger's step end runs once per
-step, whichever hook gets there first.
+the debugger (or ``LossGuard``: ``callbacks/guard_first.py``), further down the list, never sees the step: a
+watchpoint hit at the step that went wrong never reaches the UI. Env activation puts the debugger first; a
+``DebuggerCallback`` the script lists after others is made first here: at ``on_train_begin`` the step-end hook of
+each callback listed before it is wrapped (on that instance only, undone at the end of training) so that it runs the
+debugger's step end first. The debugger's step end runs once per step, whichever hook gets there first.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 __all__ = ["OncePerStep", "run_first", "restore", "user_callback_names"]
 
@@ -35,19 +35,27 @@ class OncePerStep:
         self._hook(run_context)
 
 
-def run_first(callbacks: Sequence[Any], owner: Any, hook: OncePerStep) -> list[Any]:
-    """Make every callback listed before ``owner`` call ``hook`` at the start of its ``on_train_step_end``.
+def run_first(callbacks: Sequence[Any], owner: Any, hook: Callable[[Any], None], *, also: Sequence[Any] = (),
+              skip: Optional[Callable[[Any, Any], bool]] = None) -> list[Any]:
+    """Make every callback listed before ``owner`` (and those in ``also``, wherever they are) call ``hook`` at the
+    start of its ``on_train_step_end``; ``hook`` must do its work once per step (``OncePerStep``). With ``skip``, a
+    wrapped callback's own step end is left out of a step where ``skip(callback, run_context)`` is true.
 
     Returns the wrapped callbacks (for ``restore``). MindSpore's own framework callbacks, which it inserts at the
     front of the list, are wrapped too; they never stop a job, but wrapping them costs nothing and keeps it simple.
     """
     position = next((i for i, cb in enumerate(callbacks) if cb is owner), None)
+    targets = list(callbacks)[:position or 0]
+    targets += [cb for cb in also if cb is not owner and not any(cb is t for t in targets)]
     wrapped = []
-    for callback in list(callbacks)[:position or 0]:
+    for callback in targets:
         original = callback.on_train_step_end
 
-        def on_train_step_end(run_context: Any, _original: Callable[[Any], Any] = original) -> Any:
+        def on_train_step_end(run_context: Any, _original: Callable[[Any], Any] = original,
+                              _callback: Any = callback) -> Any:
             hook(run_context)
+            if skip is not None and skip(_callback, run_context):
+                return None
             return _original(run_context)
 
         setattr(on_train_step_end, _MARK, True)
