@@ -3,7 +3,8 @@
 MindSpore's ``LossMonitor`` misses NaN when the train cell returns a tuple (the loss-scale pattern) and, when it does
 fire, raises so the other callbacks' ``on_train_end`` never run. ``LossGuard`` reads the loss from any output, stops
 through ``request_stop()`` by default, records where it failed, can keep the last good parameters, and prints what to
-rerun: a dump of just the failing iterations plus ``StopAtStep`` at the failure.
+rerun: a dump of just the failing iterations plus ``StopAtStep`` at the failure. Next to a ``LossMonitor`` it records
+all that before the monitor can raise, and can keep it from raising (``guard_first.py``).
 """
 from __future__ import annotations
 
