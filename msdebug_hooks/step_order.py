@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 
 __all__ = ["OncePerStep", "run_first", "restore", "user_callback_names"]
 
-_MARK = "_msdebug_runs_debugger_first"
+_MARK = "_msdebug_runs_first"      # on a wrapper: its _Front
 
 
 class OncePerStep:
@@ -35,11 +35,31 @@ class OncePerStep:
         self._hook(run_context)
 
 
-def run_first(callbacks: Sequence[Any], owner: Any, hook: Callable[[Any], None], *, also: Sequence[Any] = (),
-              skip: Optional[Callable[[Any, Any], bool]] = None) -> list[Any]:
+class _Front:
+    """The hooks put in front of one callback's own step end, in ``rank`` order (lower first), each with its
+    ``skip``: one wrapper per callback, however many owners run first (the debugger, then ``LossGuard``)."""
+
+    def __init__(self, callback: Any, inner: Callable[[Any], Any]) -> None:
+        self.callback, self.inner = callback, inner
+        self.hooks: list[tuple[int, Callable[[Any], None], Optional[Callable[[Any, Any], bool]]]] = []
+
+    def __call__(self, run_context: Any) -> Any:
+        for _, hook, _ in self.hooks:
+            hook(run_context)
+        if any(skip is not None and skip(self.callback, run_context) for _, _, skip in self.hooks):
+            return None
+        return self.inner(run_context)
+
+
+def run_first(callbacks: Sequence[Any], owner: Any, hook: Callable[[Any], None], *, rank: int = 0,
+              also: Sequence[Any] = (), skip: Optional[Callable[[Any, Any], bool]] = None) -> list[Any]:
     """Make every callback listed before ``owner`` (and those in ``also``, wherever they are) call ``hook`` at the
     start of its ``on_train_step_end``; ``hook`` must do its work once per step (``OncePerStep``). With ``skip``, a
     wrapped callback's own step end is left out of a step where ``skip(callback, run_context)`` is true.
+
+    ``rank`` orders owners that both run first: a callback whose class says ``step_end_rank`` lower than ``rank``
+    is not wrapped (the debugger, 0, stays ahead of ``LossGuard``, 1), and on a callback both wrap, the lower
+    rank's hook runs first, whichever wrapped it first.
 
     Returns the wrapped callbacks (for ``restore``). MindSpore's own framework callbacks, which it inserts at the
     front of the list, are wrapped too; they never stop a job, but wrapping them costs nothing and keeps it simple.
@@ -49,28 +69,36 @@ def run_first(callbacks: Sequence[Any], owner: Any, hook: Callable[[Any], None],
     targets += [cb for cb in also if cb is not owner and not any(cb is t for t in targets)]
     wrapped = []
     for callback in targets:
-        original = callback.on_train_step_end
-
-        def on_train_step_end(run_context: Any, _original: Callable[[Any], Any] = original,
-                              _callback: Any = callback) -> Any:
-            hook(run_context)
-            if skip is not None and skip(_callback, run_context):
-                return None
-            return _original(run_context)
-
-        setattr(on_train_step_end, _MARK, True)
-        try:
-            callback.on_train_step_end = on_train_step_end
-        except AttributeError:     # a callback with __slots__ or a read-only hook: it keeps its place
+        ahead = getattr(type(callback), "step_end_rank", None)
+        if ahead is not None and ahead < rank:
             continue
+        front = getattr(callback.__dict__.get("on_train_step_end"), _MARK, None)
+        if front is None:
+            front = _Front(callback, callback.on_train_step_end)
+
+            def on_train_step_end(run_context: Any, _front: _Front = front) -> Any:
+                return _front(run_context)
+
+            setattr(on_train_step_end, _MARK, front)
+            try:
+                callback.on_train_step_end = on_train_step_end
+            except AttributeError:     # a callback with __slots__ or a read-only hook: it keeps its place
+                continue
+        front.hooks.append((rank, hook, skip))
+        front.hooks.sort(key=lambda entry: entry[0])
         wrapped.append(callback)
     return wrapped
 
 
-def restore(callbacks: Sequence[Any]) -> None:
-    """Undo ``run_first`` on these callbacks (a later training with another list must not call the old hook)."""
+def restore(callbacks: Sequence[Any], hook: Optional[Callable[[Any], None]] = None) -> None:
+    """Undo ``run_first`` of ``hook`` (every hook when None) on these callbacks (a later training with another list
+    must not call the old hook)."""
     for callback in callbacks:
-        if getattr(callback.__dict__.get("on_train_step_end"), _MARK, False):
+        front = getattr(callback.__dict__.get("on_train_step_end"), _MARK, None)
+        if front is None:
+            continue
+        front.hooks = [entry for entry in front.hooks if hook is not None and entry[1] != hook]
+        if not front.hooks:
             del callback.__dict__["on_train_step_end"]
 
 

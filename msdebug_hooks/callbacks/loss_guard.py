@@ -21,7 +21,7 @@ from mindspore.train import Callback
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.stop_agreement import AgreedStop, StopDecision, stop_line
 from msdebug_hooks.training_loop import format_loss, overflow_flag, request_stop, step_loss
-from msdebug_hooks.callbacks.guard_first import go_first, loss_monitors, monitor_line, undo
+from msdebug_hooks.callbacks.guard_first import GUARD_RANK, go_first, monitor_line, monitor_place, undo
 from msdebug_hooks.callbacks.stop_at_step import StopAtStep
 from msdebug_hooks.conditions import TensorOverflowCondition
 from msdebug_hooks.errors import ConfigError
@@ -120,6 +120,8 @@ class LossGuard(AgreedStop, Callback):
         ...                                   # model.train(10, dataset, callbacks=[StopAtStep(N)])
     """
 
+    step_end_rank = GUARD_RANK          # runs first, behind the debugger (``step_order.run_first``)
+
     def __init__(self, *, raise_error: bool = False, threshold: Optional[float] = None,
                  spike_factor: Optional[float] = None, spike_window: int = 20, spike_reference: str = "median",
                  overflow_patience: Optional[int] = None, save_last_good: Optional[PathLike] = None,
@@ -150,7 +152,7 @@ class LossGuard(AgreedStop, Callback):
         self._overflow_run = 0
         self._snapshot: Optional[list] = None
         self._snapshot_step = 0
-        undo(self._wrapped)              # a training that raised left its wrappers: a new list now
+        undo(self._wrapped, self._step_end_first)     # a training that raised left its wrappers: a new list now
         self._wrapped = []
         self._monitor_place: Optional[str] = None    # "before" / "after": where a LossMonitor is listed
         self._seen_step: Optional[int] = None
@@ -207,21 +209,22 @@ class LossGuard(AgreedStop, Callback):
         self._reset()
         cb_params = run_context.original_args()
         callbacks = list(cb_params.get("list_callback") or ())
-        mine = next((i for i, cb in enumerate(callbacks) if cb is self), len(callbacks))
-        monitors = [i for i, cb in enumerate(callbacks) if any(cb is m for m in loss_monitors(callbacks))]
-        if monitors:
-            self._monitor_place = "before" if monitors[0] < mine else "after"
-        self._wrapped = go_first(callbacks, self, self.on_train_step_end, self._failed_at, self.quiet_loss_monitor)
+        self._monitor_place = monitor_place(callbacks, self)
+        self._wrapped = go_first(callbacks, self, self._step_end_first, self._failed_at, self.quiet_loss_monitor)
         if self.keep_previous:
             self._take_snapshot(cb_params)
 
     def on_train_end(self, run_context: Any) -> None:
-        undo(self._wrapped)
+        undo(self._wrapped, self._step_end_first)
         self._wrapped = []
 
     def __exit__(self, *exc_info: Any) -> None:
         """Also when training raised (``LossMonitor``'s ``ValueError``): no wrapper is left on another callback."""
         self.on_train_end(None)
+
+    def _step_end_first(self, run_context: Any) -> None:
+        """The guard's step end, run from a callback listed before it (``guard_first.py``); once per step."""
+        AgreedStop.on_train_step_end(self, run_context)
 
     def _failed_at(self, run_context: Any) -> bool:
         return self.failure is not None and self.failure.step == int(run_context.original_args().cur_step_num)

@@ -113,6 +113,8 @@ class DebuggerCallback(Callback):
     # one online debugger per training: env activation does not add another next to this one (autoattach.py)
     autoattach_role = "debugger"
 
+    step_end_rank = 0      # its step end runs before every other callback's (``step_order.run_first``)
+
     def __init__(self, host: Optional[str] = None, port: Optional[int] = None, *,
                  settings: Optional[DebuggerSettings] = None, source: str = "light", dump_dir: Optional[str] = None,
                  dump_kernels: Sequence[str] = (), **options: Any) -> None:
@@ -209,7 +211,7 @@ class DebuggerCallback(Callback):
         from mindspore.train import LossMonitor
 
         callbacks = list(getattr(params, "list_callback", None) or ())
-        restore(self._wrapped)
+        restore(self._wrapped, self._step_end_once)
         self._step_end_once.reset()
         self._wrapped = run_first(callbacks, owner, self._step_end_once)
         before = user_callback_names(self._wrapped)
@@ -265,7 +267,7 @@ class DebuggerCallback(Callback):
                                   [(p.name, p.source, p.role) for p in light_graph.parameters.values()])
 
     def on_train_end(self, run_context) -> None:
-        restore(self._wrapped)
+        restore(self._wrapped, self._step_end_once)
         self._wrapped = []
         if isinstance(self._tensors, NetworkTensors):
             self._tensors.close()        # no hooks left behind on the user's cells
@@ -277,7 +279,7 @@ class DebuggerCallback(Callback):
 
     def __exit__(self, *exc_info) -> None:
         """Also when training raised (or Ctrl-C while paused): tell MindInsight and stop our threads."""
-        restore(self._wrapped)
+        restore(self._wrapped, self._step_end_once)
         self._wrapped = []
         if self._tensors is not None:
             self._tensors.close()

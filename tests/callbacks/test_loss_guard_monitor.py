@@ -60,3 +60,35 @@ def test_quiet_loss_monitor_lets_the_training_stop_cleanly_and_keeps_its_loss_li
     said = [m for m in caplog.messages if "LossMonitor" in m]
     assert len(said) == 1 and "leaves out step 2 (quiet_loss_monitor=True)" in said[0]
     assert "on_train_step_end" not in vars(monitor)
+
+
+def test_a_callback_that_runs_first_at_a_lower_rank_stays_ahead_of_the_guard():
+    """The debugger's step end (``step_end_rank = 0``) comes before the guard's on every callback both put their
+    hook in front of, and the guard does not wrap it: a hit still pauses before the guard stops or raises. A
+    stand-in with the debugger's means (``step_order.run_first``), in a real training."""
+    from mindspore.train import Callback
+
+    from msdebug_hooks.step_order import OncePerStep, restore, run_first
+
+    seen = []
+
+    class RunsFirst(Callback):
+        step_end_rank = 0
+
+        def on_train_begin(self, run_context):
+            self.hook = OncePerStep(lambda rc: seen.append((rc.original_args().cur_step_num, guard.failed_step)))
+            self.wrapped = run_first(run_context.original_args().list_callback, self, self.hook)
+
+        def on_train_step_end(self, run_context):
+            self.hook(run_context)
+
+        def on_train_end(self, run_context):
+            restore(self.wrapped, self.hook)
+
+    model, _ = make_model()
+    guard, monitor, first = LossGuard(quiet_loss_monitor=True), LossMonitor(), RunsFirst()
+    model.train(1, make_dataset(num_batches=4, nan_batches={INF_STEP - 1}), callbacks=[monitor, guard, first],
+                dataset_sink_mode=False)
+    assert seen == [(1, None), (INF_STEP, None)]      # at step 2 it ran before the guard had failed the step
+    assert guard.failed_step == INF_STEP
+    assert "on_train_step_end" not in vars(first) and "on_train_step_end" not in vars(monitor)
