@@ -63,10 +63,14 @@ class TrainingEnd:
         if self._process is None or self._process.ended() is not None:
             return
         deadline = time.monotonic() + LAST_WORD_SECONDS
-        while self.alive and time.monotonic() < deadline and not self._closing:
-            if self._process.ended() is not None:    # its word, sent before it exited, may still be on its way
-                deadline = min(deadline, time.monotonic() + LAST_WORD_AFTER_EXIT)
-            self._cond.wait(0.05)
+        self._in_wait = True          # the watchdog leaves the process to this wait, which says what it saw
+        try:
+            while self.alive and time.monotonic() < deadline and not self._closing:
+                if self._process.ended() is not None:    # its word, sent before it exited, may still be on its way
+                    deadline = min(deadline, time.monotonic() + LAST_WORD_AFTER_EXIT)
+                self._cond.wait(0.05)
+        finally:
+            self._in_wait = False
 
     def _exit_overdue(self, now: float) -> None:
         """Watchdog: a process that said its training ended at exit and is still there after ``EXIT_PATIENCE``."""
@@ -92,6 +96,8 @@ class TrainingEnd:
                 self.reason += f"; its process then {end.describe()}"
             return
         how = f"its process{f' (pid {self.pid})' if not self._process.exit_visible else ''} {end.describe()}"
+        where = f"at step {self.step}" if self._free_from is None else \
+            f"at step {self.step} or later (a free run started there; its steps are told only when it ends)"
         if self._exiting is not None:
             self._exiting = None
             if end.code:
@@ -99,9 +105,9 @@ class TrainingEnd:
             else:
                 self._end(JobState.FINISHED, f"the training finished at step {self.step}")
         elif end.code:        # non-zero (a bound Popen's code, or a zombie's status): crashed
-            self._end(JobState.CRASHED, f"{how} at step {self.step}")
+            self._end(JobState.CRASHED, f"{how} {where}")
         else:
-            self._lose(f"{how} at step {self.step} without ending the training")
+            self._lose(f"{how} {where} without ending the training")
 
     def _end(self, state: JobState, reason: str) -> None:
         if not self.alive:
