@@ -3,7 +3,8 @@
 MindSpore's ``LossMonitor`` misses NaN when the train cell returns a tuple (the loss-scale pattern) and, when it does
 fire, raises so the other callbacks' ``on_train_end`` never run. ``LossGuard`` reads the loss from any output, stops
 through ``request_stop()`` by default, records where it failed, can keep the last good parameters, and prints what to
-rerun: a dump of just the failing iterations plus ``StopAtStep`` at the failure.
+rerun: a dump of just the failing iterations plus ``StopAtStep`` at the failure. Next to a ``LossMonitor`` it records
+all that before the monitor can raise, and can keep it from raising (``guard_first.py``).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from mindspore.train import Callback
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.stop_agreement import AgreedStop, StopDecision, stop_line
 from msdebug_hooks.training_loop import format_loss, overflow_flag, request_stop, step_loss
+from msdebug_hooks.callbacks.guard_first import GUARD_RANK, go_first, monitor_line, monitor_place, undo
 from msdebug_hooks.callbacks.stop_at_step import StopAtStep
 from msdebug_hooks.conditions import TensorOverflowCondition
 from msdebug_hooks.errors import ConfigError
@@ -90,6 +92,12 @@ class LossGuard(AgreedStop, Callback):
     guard records ``failed_step`` and ``failed_ranks`` (the ranks whose loss was bad at that step, e.g. ``[1]``),
     names them in its messages, saves its last good parameters and, with ``raise_error=True``, raises.
 
+    Next to MindSpore's ``LossMonitor``, which raises ``ValueError`` on a NaN/Inf loss in the same step end, the
+    guard checks each step before every callback listed ahead of it, so its record (step, reason, last good
+    checkpoint, recipe) is complete before any of them can raise, and says in one line what ``LossMonitor`` will do;
+    ``quiet_loss_monitor=True`` makes ``LossMonitor`` leave out the failing step, so training stops cleanly
+    (``guard_first.py``; one rank only: several ranks keep the list order of their agreement).
+
     Args:
         raise_error: raise :class:`LossGuardError` instead of stopping gracefully.
         threshold: also fail when the loss is above this value.
@@ -101,6 +109,7 @@ class LossGuard(AgreedStop, Callback):
         save_last_good: directory for the last good parameters (None: do not save).
         keep_previous: keep a copy of the parameters after every good step (see above); needs ``save_last_good``.
         dump_path: ``path`` of the dump config in the printed recipe and default for :meth:`dump_config`.
+        quiet_loss_monitor: every ``LossMonitor`` in the list skips the step the guard failed (no ``ValueError``).
 
     Example (``examples/demo.py`` runs the whole loop):
         >>> guard = LossGuard(save_last_good="ckpt", keep_previous=True)
@@ -111,10 +120,13 @@ class LossGuard(AgreedStop, Callback):
         ...                                   # model.train(10, dataset, callbacks=[StopAtStep(N)])
     """
 
+    step_end_rank = GUARD_RANK          # runs first, behind the debugger (``step_order.run_first``)
+
     def __init__(self, *, raise_error: bool = False, threshold: Optional[float] = None,
                  spike_factor: Optional[float] = None, spike_window: int = 20, spike_reference: str = "median",
                  overflow_patience: Optional[int] = None, save_last_good: Optional[PathLike] = None,
-                 keep_previous: bool = False, dump_path: Optional[PathLike] = None) -> None:
+                 keep_previous: bool = False, dump_path: Optional[PathLike] = None,
+                 quiet_loss_monitor: bool = False) -> None:
         super().__init__()
         _check_options(threshold, spike_factor, spike_window, spike_reference, overflow_patience,
                        save_last_good, keep_previous)
@@ -127,6 +139,8 @@ class LossGuard(AgreedStop, Callback):
         self.save_last_good = None if save_last_good is None else Path(save_last_good).expanduser()
         self.keep_previous = bool(keep_previous)
         self.dump_path = None if dump_path is None else str(dump_path)
+        self.quiet_loss_monitor = bool(quiet_loss_monitor)
+        self._wrapped: list = []
         self._reset()
 
     def _reset(self) -> None:
@@ -138,6 +152,10 @@ class LossGuard(AgreedStop, Callback):
         self._overflow_run = 0
         self._snapshot: Optional[list] = None
         self._snapshot_step = 0
+        undo(self._wrapped, self._step_end_first)     # a training that raised left its wrappers: a new list now
+        self._wrapped = []
+        self._monitor_place: Optional[str] = None    # "before" / "after": where a LossMonitor is listed
+        self._seen_step: Optional[int] = None
 
     # the failure, field by field (None / [] until the guard fires) -------------------------------------------
     @property
@@ -189,8 +207,27 @@ class LossGuard(AgreedStop, Callback):
     # hooks ---------------------------------------------------------------------------------------------------
     def on_train_begin(self, run_context: Any) -> None:
         self._reset()
+        cb_params = run_context.original_args()
+        callbacks = list(cb_params.get("list_callback") or ())
+        self._monitor_place = monitor_place(callbacks, self)
+        self._wrapped = go_first(callbacks, self, self._step_end_first, self._failed_at, self.quiet_loss_monitor)
         if self.keep_previous:
-            self._take_snapshot(run_context.original_args())
+            self._take_snapshot(cb_params)
+
+    def on_train_end(self, run_context: Any) -> None:
+        undo(self._wrapped, self._step_end_first)
+        self._wrapped = []
+
+    def __exit__(self, *exc_info: Any) -> None:
+        """Also when training raised (``LossMonitor``'s ``ValueError``): no wrapper is left on another callback."""
+        self.on_train_end(None)
+
+    def _step_end_first(self, run_context: Any) -> None:
+        """The guard's step end, run from a callback listed before it (``guard_first.py``); once per step."""
+        AgreedStop.on_train_step_end(self, run_context)
+
+    def _failed_at(self, run_context: Any) -> bool:
+        return self.failure is not None and self.failure.step == int(run_context.original_args().cur_step_num)
 
     def on_train_step_begin(self, run_context: Any) -> None:
         """With ``keep_previous``: copy the parameters the step starts from (those of the last step every rank
@@ -207,6 +244,10 @@ class LossGuard(AgreedStop, Callback):
         if self.failure is not None or self._local_failure is not None:
             return
         cb_params = run_context.original_args()
+        step = int(cb_params.get("cur_step_num", 0) or 0)
+        if step == self._seen_step:          # already checked: run first, from a callback listed before us
+            return
+        self._seen_step = step
         loss = step_loss(cb_params)
         if loss is None:
             return
@@ -276,6 +317,8 @@ class LossGuard(AgreedStop, Callback):
             raise LossGuardError(failure.describe(), step=failure.step, epoch=failure.epoch, reason=failure.reason,
                                  loss=failure.loss)
         self._log_recipe()
+        if self._monitor_place is not None and failure.loss is not None and not math.isfinite(failure.loss):
+            _LOG.warning("%s", monitor_line(failure.step, self._monitor_place, self.quiet_loss_monitor))
 
     def _log_recipe(self) -> None:
         step = self.failed_step

@@ -18,24 +18,36 @@ __all__ = ["run_script", "user_traceback"]
 
 def run_script(path: str) -> int:
     """Run ``path`` as ``__main__``; its exit status: ``sys.exit``'s code, 1 after an uncaught exception (printed
-    with ``user_traceback``), 130 after Ctrl-C, else 0."""
+    with ``user_traceback``), 130 after Ctrl-C, else 0.
+
+    An exception that ends the script, and a ``sys.exit`` with a non-zero status, is left in ``sys.last_type`` /
+    ``last_value`` / ``last_traceback`` as the interpreter leaves an uncaught one, so what runs at exit (the debugger
+    closing a hand-written loop's training) knows the script did not end cleanly.
+    """
     try:
         runpy.run_path(path, run_name="__main__")
     except SystemExit as exc:
         code = exc.code
-        if code is None:
+        if code is None or code == 0:
             return 0
+        _note_unhandled(exc)
         if isinstance(code, int):
             return code
         print(code, file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
+        _note_unhandled(exc)
         sys.stderr.write(user_traceback(exc, path))
         return 130
     except Exception as exc:        # noqa: BLE001 - whatever the script raises is the script's, shown as python shows it
+        _note_unhandled(exc)
         sys.stderr.write(user_traceback(exc, path))
         return 1
     return 0
+
+
+def _note_unhandled(exc: BaseException) -> None:
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
 
 
 def user_traceback(exc: BaseException, script: str) -> str:

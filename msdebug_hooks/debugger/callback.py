@@ -38,7 +38,7 @@ from msdebug_hooks.debugger.capture import CellCapture
 from msdebug_hooks.debugger.graph import build_graph
 from msdebug_hooks.debugger.dump_source import SOURCES, DumpTensorSource, source_options_from_env
 from msdebug_hooks.debugger.session import Decision, DebuggerSession
-from msdebug_hooks.debugger.step_order import OncePerStep, restore, run_first, user_callback_names
+from msdebug_hooks.step_order import OncePerStep, restore, run_first, user_callback_names
 from msdebug_hooks.debugger.settings import PARTIAL_MEM_NOTE, DebuggerSettings
 from msdebug_hooks.debugger.tensors import NetworkTensors
 from msdebug_hooks.debugger.transport import Transport
@@ -112,6 +112,8 @@ class DebuggerCallback(Callback):
 
     # one online debugger per training: env activation does not add another next to this one (autoattach.py)
     autoattach_role = "debugger"
+
+    step_end_rank = 0      # its step end runs before every other callback's (``step_order.run_first``)
 
     def __init__(self, host: Optional[str] = None, port: Optional[int] = None, *,
                  settings: Optional[DebuggerSettings] = None, source: str = "light", dump_dir: Optional[str] = None,
@@ -209,7 +211,7 @@ class DebuggerCallback(Callback):
         from mindspore.train import LossMonitor
 
         callbacks = list(getattr(params, "list_callback", None) or ())
-        restore(self._wrapped)
+        restore(self._wrapped, self._step_end_once)
         self._step_end_once.reset()
         self._wrapped = run_first(callbacks, owner, self._step_end_once)
         before = user_callback_names(self._wrapped)
@@ -265,7 +267,7 @@ class DebuggerCallback(Callback):
                                   [(p.name, p.source, p.role) for p in light_graph.parameters.values()])
 
     def on_train_end(self, run_context) -> None:
-        restore(self._wrapped)
+        restore(self._wrapped, self._step_end_once)
         self._wrapped = []
         if isinstance(self._tensors, NetworkTensors):
             self._tensors.close()        # no hooks left behind on the user's cells
@@ -277,7 +279,7 @@ class DebuggerCallback(Callback):
 
     def __exit__(self, *exc_info) -> None:
         """Also when training raised (or Ctrl-C while paused): tell MindInsight and stop our threads."""
-        restore(self._wrapped)
+        restore(self._wrapped, self._step_end_once)
         self._wrapped = []
         if self._tensors is not None:
             self._tensors.close()

@@ -70,6 +70,8 @@ class DistributedDebugger(AgreedStop, Callback):
     # one online debugger per training: env activation does not add another next to this one (autoattach.py)
     autoattach_role = "debugger"
 
+    step_end_rank = 0      # its step end runs before every other callback's (``step_order.run_first``)
+
     def __init__(self, host: Optional[str] = None, port: Optional[int] = None, *,
                  ranks: Union[Sequence[int], str] = (0,), port_per_rank: bool = False,
                  settings: Optional[DebuggerSettings] = None, **options: Any) -> None:

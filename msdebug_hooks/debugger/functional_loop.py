@@ -117,7 +117,6 @@ class FunctionalLoop:
         self._loss_hooks: list = []
         self._busy = False                        # our own code runs: its draws and calls are not the loop's
         self._said: set[str] = set()
-        self._crash: Optional[tuple] = None
         self._looped = False                      # a batch was drawn or a @jit function of the script ran
         self._pynative = True
         self._mid_step = False                    # attached inside a step (at its optimizer call): its loss is gone
@@ -333,29 +332,29 @@ class FunctionalLoop:
             self._close()
 
     def at_exit(self) -> None:
-        """The script ends: the last step's end if it was not seen yet, then the session's end; or, when it looped
-        over data (or ran a @jit function of its own) but no training reached the debugger, one line saying what to
-        add."""
+        """The script ends: the last step's end if it was not seen yet, then the session's end, with the exception
+        that ended the script if one did (so the server says ``crashed``, not ``finished``); or, when it looped over
+        data (or ran a @jit function of its own) but no training reached the debugger, one line saying what to add.
+
+        The training-done said here is the process's last word, and a clean one may still be followed by a non-zero
+        exit status this hook cannot see (``sys.exit(1)`` after the loop): it is marked as said at exit
+        (``session_link.process_exiting``), so a server watching the process waits for its exit code."""
         if self.session is not None and not self.done:
             try:
                 self.check_step()
             except (SystemExit, KeyboardInterrupt):
                 pass
-            self._close(self._crash or (None, None, None))
+            from msdebug_hooks.debugger.session_link import process_exiting
+
+            process_exiting()
+            self._close(unhandled_exception())
         elif not owner.ever_claimed() and not self.done and self._looped:
             _LOG.warning("debugger: ENABLE_MS_DEBUGGER is set but this script reached no training the debugger can "
                          "see (no Model.train / Model.fit, no mindspore.nn.Optimizer step); for a loop that updates "
                          f"its weights another way, add: {EXPLICIT_ROUTE}")
 
     def install_exit_hooks(self) -> None:
-        """Close the session when the script ends, and remember an exception that ended it."""
-        previous = sys.excepthook
-
-        def excepthook(kind, value, traceback):
-            self._crash = (kind, value, traceback)
-            previous(kind, value, traceback)
-
-        sys.excepthook = excepthook
+        """Close the session when the script ends."""
         atexit.register(self.at_exit)
 
     def _fail(self, exc: BaseException) -> None:
@@ -373,6 +372,18 @@ class FunctionalLoop:
         if key not in self._said:
             self._said.add(key)
             _LOG.warning(message)
+
+
+def unhandled_exception() -> tuple:
+    """``(type, value, traceback)`` of the exception that ended the script, or ``(None, None, None)``.
+
+    Read at exit from ``sys.last_type`` / ``last_value`` / ``last_traceback``, which the interpreter sets before it
+    prints an uncaught exception (and so before ``atexit`` runs), and which ``msdebug run`` sets the same way for the
+    script it runs (``cli/_script.py``), where no exception reaches the interpreter."""
+    value = getattr(sys, "last_value", None)
+    if not isinstance(value, BaseException):
+        return None, None, None
+    return type(value), value, getattr(sys, "last_traceback", None)
 
 
 def _dataset_of(iterator: Any) -> Any:

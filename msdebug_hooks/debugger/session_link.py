@@ -33,10 +33,18 @@ from msdebug_hooks.debugger.validate import RateLimitedLog
 from msdebug_hooks.debugger.watchpoints import prepare_engine
 from msdebug_hooks.rank import world_size
 
-__all__ = ["Decision", "SessionState", "SessionLink", "REPORTED_BACKEND"]
+__all__ = ["Decision", "SessionState", "SessionLink", "REPORTED_BACKEND", "process_exiting"]
 
 _LOG = get_logger("debugger")
 REPORTED_BACKEND = "GPU"   # MindInsight 2.3.1 offers watchpoint conditions only for "GPU" and "Ascend"
+_EXITING = [False]         # the interpreter is exiting: a training-done said now is the process's last word
+
+
+def process_exiting() -> None:
+    """Called at the interpreter's exit before a training is closed there (``FunctionalLoop.at_exit``): its
+    training-done says so (``client_facts.AT_EXIT_MARK``), so a server watching the process takes its exit status,
+    not the clean end, as the last word."""
+    _EXITING[0] = True
 
 
 class Decision(enum.Enum):
@@ -152,7 +160,7 @@ class SessionLink:
         what training raised, if it did; its last line goes with the message (``client_facts.py``), so our server
         says crashed, not finished."""
         if self.state in (SessionState.SUSPENDED, SessionState.RUNNING):
-            note = error_note(error) if error is not None else None
+            note = error_note(error, at_exit=_EXITING[0])
             try:
                 self.transport.send_metadata(self._metadata(cur_node=note or "", training_done=True))
             except TransportError as exc:

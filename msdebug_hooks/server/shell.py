@@ -181,7 +181,7 @@ class DebuggerShell(ShellCompletion, ShellHelp, JobCommands, RunCommands, HitCom
         late = next_training(self.server, self.process, self.say, take=not session_over and self.group is None,
                              patience=self.timeout)
         if late is None:
-            self.bad_input |= self.process.returncode < 0    # killed, or died of a signal: not a clean look
+            self.bad_input |= self.process.returncode != 0   # raised, killed or ended by a signal: not clean
             self.process = None
             return
         self._take(late, f"job {late.id}: the script trains again (rank {late.rank}), waiting at step {late.step}; "

@@ -2,8 +2,8 @@
 
 1 if any watchpoint hit, whatever else happened (a typo, a lost training: it did hit); otherwise 2 on bad input (an
 unknown command, a bad condition, a missing node) or when the training could not be looked at (it never connected,
-it was lost before it ended, a watchpoint could not be set again on the script's next training, or the script was
-killed or died of a signal); otherwise 0.
+it was lost or crashed before it ended, a watchpoint could not be set again on the script's next training, or the
+script exited with a non-zero code: it raised, was killed or ended by a signal); otherwise 0.
 """
 from __future__ import annotations
 

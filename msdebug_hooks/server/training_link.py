@@ -14,8 +14,8 @@ flight. ``waiting`` is held with nothing asked and no hit on its way; anything e
 still is; a run not yet delivered is ``running`` (asked), never ``waiting``. ``_suspensions`` counts the moves to
 ``waiting``: blocking API calls wait for it to grow.
 
-How a training ends is in ``states.py``; a process on this machine is watched every second (``liveness.py``): a
-bound ``Popen``, or the pid our client names in its heartbeats.
+How a training ends is in ``states.py`` and ``training_end.py``; a process on this machine is watched every second
+(``liveness.py``): a bound ``Popen``, or the pid our client names in its heartbeats.
 
 Free runs (``wire/protocol.py``): for a client whose heartbeats say it can, a run of several steps (or until a
 pause or a hit) is one ``RunCMD{run_level: "free"}``, unless ranks run in lockstep; the training keeps one *watch*
@@ -30,14 +30,15 @@ import time
 from typing import Any, Callable, Optional
 
 from msdebug_hooks.wire import debug_grpc_pb2 as pb
-from msdebug_hooks.wire.client_facts import parse_error, parse_heartbeat
+from msdebug_hooks.wire.client_facts import parse_heartbeat
 from msdebug_hooks.wire.protocol import RECHECK_LEVEL, WATCH_NODE
 from msdebug_hooks.server import commands
-from msdebug_hooks.server.errors import JobCrashed, JobLost, JobStateError
+from msdebug_hooks.server.errors import JobStateError
 from msdebug_hooks.server.graph import JobGraph
 from msdebug_hooks.server.hits import Hit, ServerWatchpoint, hit_from_proto
 from msdebug_hooks.server.liveness import ProcessWatch
 from msdebug_hooks.server.states import ENDED, JobState
+from msdebug_hooks.server.training_end import TrainingEnd
 
 __all__ = ["TrainingLink", "JobState", "ENDED", "POLL"]
 
@@ -45,7 +46,7 @@ POLL = 0.1                        # seconds between checks of a blocked WaitCMD'
 _LOCKSTEP_POLL = 0.002            # a rank held for the others checks them this often
 
 
-class TrainingLink:
+class TrainingLink(TrainingEnd):
     """A connected training as its gRPC calls see it; ``job.Job`` adds the API. Never construct it directly."""
 
     def __init__(self, job_id: int, peer: str, port: int, report: Callable[[str], None]) -> None:
@@ -135,13 +136,6 @@ class TrainingLink:
         if not self.alive:
             raise self._ended_error()
 
-    def _ended_error(self) -> Exception:
-        if self.state is JobState.LOST:
-            return JobLost(self.label, self.reason)
-        if self.state is JobState.CRASHED:
-            return JobCrashed(self.label, self.reason)
-        return JobStateError(self.label, str(self.state), self.reason or "the training has ended")
-
     def _require(self, state: JobState, needed: str) -> None:
         self._check_process()
         self._require_alive()
@@ -153,61 +147,17 @@ class TrainingLink:
             self._waiter.done.set()
             self._waiter = None
 
-    def _check_process(self) -> None:
-        """Lock held: a watched process that exited ends the job (crashed with its code, or lost), and an ended
-        job's exit code is noted once it is seen."""
-        if self._process is None or (not self.alive and (self.exit_code is not None or
-                                                         not self._process.exit_visible)):
-            return
-        end = self._process.ended()
-        if end is None:
-            return
-        if not self.alive:
-            self.exit_code = end.code
-            if self.state is JobState.CRASHED:
-                self.reason += f" (exit code {end.code})"
-            elif end.code:
-                self.reason += f"; its process then {end.describe()}"
-            return
-        self.exit_code = end.code
-        how = f"its process{f' (pid {self.pid})' if not self._process.exit_visible else ''} {end.describe()}"
-        if end.code:        # non-zero (a bound Popen's code, or a zombie's status): crashed
-            self._end(JobState.CRASHED, f"{how} at step {self.step}")
-        else:
-            self._lose(f"{how} at step {self.step} without ending the training")
-
-    def _end(self, state: JobState, reason: str) -> None:
-        if not self.alive:
-            return
-        self.state, self.reason = state, reason
-        self._left, self._held = 0, False
-        self._queue.clear()
-        self._fail_view(reason)
-        said = "" if state in (JobState.FINISHED, JobState.TERMINATED) else f" {state}"
-        self._report(f"{self.label}{said}: {reason}")
-        self._cond.notify_all()
-
-    def _lose(self, reason: str) -> None:
-        self._end(JobState.LOST, reason)
-
     # -- called by the servicer (gRPC threads) ------------------------------------------------------------------
     def touch(self) -> None:
         self.last_seen = time.monotonic()
 
     def on_metadata(self, request: pb.Metadata) -> Optional[pb.EventReply]:
-        """``SendMetadata``: the first one introduces the training; ``training_done`` ends it (cleanly, or with
-        the error our client reports in ``cur_node``)."""
+        """``SendMetadata``: the first one introduces the training; ``training_done`` ends it (``training_end.py``:
+        cleanly, with the error our client reports in ``cur_node``, or as its process's exit code decides)."""
         with self._cond:
             self.touch()
             if request.training_done:
-                if self.alive:
-                    self.step = max(self.step, request.cur_step)   # a free run reports no step until it ends
-                    self.error = parse_error(request.cur_node)
-                    if self.error is None:
-                        self._end(JobState.FINISHED, f"the training finished at step {self.step}")
-                    else:
-                        self._end(JobState.CRASHED, f"the training raised at step {self.step}: {self.error}")
-                    self._check_process()
+                self._on_done(request.cur_step, request.cur_node)
                 self._cond.notify_all()
                 return commands.ok()
             self.device_name = request.device_name
@@ -331,6 +281,7 @@ class TrainingLink:
                 finally:
                     self._in_wait = False
                 if not is_active():
+                    self._hear_last_word()
                     self._lose(f"its connection closed while it was suspended at step {self.step} "
                                "(process killed or network lost)")
                     return commands.failed()
@@ -381,6 +332,7 @@ class TrainingLink:
         with self._cond:
             if not self._in_wait:           # a blocked wait sees its connection close within POLL: it says so
                 self._check_process()
+            self._exit_overdue(now)
             if not self.alive or self._in_wait or self.heartbeat_period is None:
                 return
             silent = now - self.last_seen

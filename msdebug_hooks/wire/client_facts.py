@@ -10,6 +10,9 @@
 * The ``Metadata.cur_node`` of the training-done message of a training that raised:
   ``msdebug-hooks:error:<the error's last line>`` (e.g. ``ValueError: loss is NAN``). MindInsight reads nothing of a
   training-done message but the flag; our server reports the training ``crashed`` with that line, not ``finished``.
+  A clean training-done said at the interpreter's exit (a hand-written loop's end is seen only then) carries
+  ``msdebug-hooks:at-exit``: the process's exit status, which the client cannot see from there (``sys.exit(1)``
+  after the loop), decides, so a server that watches the process waits for it before it says ``finished``.
 
 The client writes these (``heartbeat_message``, ``error_note``) and the server reads them (``parse_heartbeat``,
 ``parse_error``): one module, so the two sides cannot drift apart.
@@ -24,9 +27,11 @@ from typing import Optional
 
 from msdebug_hooks.wire.protocol import FREE_RUN_CAPABLE
 
-__all__ = ["ClientFacts", "heartbeat_message", "parse_heartbeat", "ERROR_MARK", "error_note", "parse_error"]
+__all__ = ["ClientFacts", "heartbeat_message", "parse_heartbeat", "ERROR_MARK", "AT_EXIT_MARK", "error_note",
+           "parse_error", "said_at_exit"]
 
 ERROR_MARK = "msdebug-hooks:error:"
+AT_EXIT_MARK = "msdebug-hooks:at-exit"
 MAX_ERROR_CHARS = 400
 _FIELD = re.compile(r"\b(pid|start|rank|world)=(\d+)\b")
 
@@ -67,10 +72,11 @@ def parse_heartbeat(message: str) -> ClientFacts:
     return ClientFacts(free_run=FREE_RUN_CAPABLE in (message or ""), **values)
 
 
-def error_note(error: BaseException) -> Optional[str]:
-    """The ``cur_node`` that tells the server how the training ended; None for a clean end (``SystemExit(0)``)."""
-    if isinstance(error, SystemExit) and error.code in (None, 0):
-        return None
+def error_note(error: Optional[BaseException], *, at_exit: bool = False) -> Optional[str]:
+    """The ``cur_node`` that tells the server how the training ended; for a clean end (no error, ``SystemExit(0)``)
+    None, or ``AT_EXIT_MARK`` when said at the interpreter's exit."""
+    if error is None or (isinstance(error, SystemExit) and error.code in (None, 0)):
+        return AT_EXIT_MARK if at_exit else None
     lines = traceback.format_exception_only(type(error), error)
     said = next((line for line in lines if not line.startswith(" ")), lines[-1])   # "ValueError: ..." (not notes)
     return ERROR_MARK + (" ".join(said.split()) or type(error).__name__)[:MAX_ERROR_CHARS]
@@ -81,3 +87,8 @@ def parse_error(cur_node: str) -> Optional[str]:
     if not cur_node.startswith(ERROR_MARK):
         return None
     return cur_node[len(ERROR_MARK):].strip()[:MAX_ERROR_CHARS] or "an error"
+
+
+def said_at_exit(cur_node: str) -> bool:
+    """Whether a clean training-done message was said at the interpreter's exit (``AT_EXIT_MARK``)."""
+    return cur_node == AT_EXIT_MARK

@@ -185,7 +185,8 @@ def test_without_a_process_to_watch_a_silent_training_is_lost_after_three_missed
 def test_what_our_client_tells_beyond_the_protocol_reads_back():
     import os
 
-    from msdebug_hooks.wire.client_facts import error_note, heartbeat_message, parse_error, parse_heartbeat
+    from msdebug_hooks.wire.client_facts import error_note, heartbeat_message, parse_error, parse_heartbeat, \
+        said_at_exit
     from msdebug_hooks.server.liveness import start_time
 
     facts = parse_heartbeat(heartbeat_message(rank=1, world=4))
@@ -197,6 +198,11 @@ def test_what_our_client_tells_beyond_the_protocol_reads_back():
     assert error_note(SystemExit(0)) is None and error_note(SystemExit()) is None      # a clean exit
     assert parse_error(error_note(SystemExit(2))) == "SystemExit: 2"
     assert parse_error("") is None and parse_error("Default/net/fc1") is None       # not our mark: no error
+    # a clean end said at the interpreter's exit is marked (the exit status decides); an error is said as before
+    at_exit = error_note(None, at_exit=True)
+    assert said_at_exit(at_exit) and parse_error(at_exit) is None and error_note(None) is None
+    assert said_at_exit(error_note(SystemExit(0), at_exit=True)) and not said_at_exit("")
+    assert parse_error(error_note(KeyboardInterrupt(), at_exit=True)) == "KeyboardInterrupt"
 
 
 # -- real MindSpore trainings -------------------------------------------------------------------------------------
