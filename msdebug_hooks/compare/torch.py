@@ -63,12 +63,26 @@ class TorchLayerRecorder(FrameworkRecorder):
                              f"(e.g. {', '.join(n for n in list(modules)[1:6])})")
         self.layer_names = select_layers(modules.items(), "pytorch", containers, inner_cells)
         self.session.writer.layer_types.update({name: type(sub).__name__ for name, sub in modules.items() if name})
-        self._handles = [modules[name].register_forward_hook(self._hook_for(name)) for name in self.layer_names]
+        self._pending: dict = {}   # layer name -> the inputs copied as each call began (a stack: calls nest)
+        self._handles = []
+        for name in self.layer_names:
+            if record_inputs:
+                self._handles.append(modules[name].register_forward_pre_hook(self._pre_hook_for(name)))
+            self._handles.append(modules[name].register_forward_hook(self._hook_for(name)))
+
+    def _pre_hook_for(self, name: str):
+        """Copy the inputs before the layer runs: an in-place layer (``nn.ReLU(inplace=True)``, a forward that does
+        ``x += ...``) overwrites them, and the forward hook would record its output as its input."""
+        def pre_hook(_module, inputs):
+            if self.session.capturing:
+                self._pending.setdefault(name, []).append(_copied(inputs))
+        return pre_hook
 
     def _hook_for(self, name: str):
         def forward_hook(_module, inputs, output):
             if self.session.capturing:
-                self.record_call(name, inputs, output)
+                stack = self._pending.get(name)
+                self.record_call(name, stack.pop() if stack else inputs, output)
         return forward_hook
 
     @staticmethod
@@ -95,12 +109,23 @@ class TorchLayerRecorder(FrameworkRecorder):
             for name, param in self.module.named_parameters():
                 if param.grad is not None:
                     self.add_value(name, PARAMETER_GRADIENT, param.grad)
+        self._pending.clear()   # a call that raised left its inputs
         self.session.end_step()
 
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with every tensor in it (tuples and lists followed) detached and copied."""
+    if hasattr(value, "detach") and hasattr(value, "clone"):
+        return value.detach().clone()
+    if isinstance(value, (tuple, list)):
+        items = [_copied(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
 
 
 LayerRecorder = TorchLayerRecorder

@@ -311,6 +311,20 @@ def test_tuple_outputs_and_chosen_containers_are_recorded(tmp_path):
         TorchLayerRecorder(model, tmp_path / "other", containers=["decoder"])
 
 
+def test_an_in_place_layer_records_the_input_it_was_given(tmp_path):
+    """torchvision's ``nn.ReLU(inplace=True)`` overwrites its input: the recorder copies inputs before the call."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Identity(), torch.nn.ReLU(inplace=True))
+    recorder = TorchLayerRecorder(model, tmp_path / "capture", record_inputs=True)
+    x = torch.tensor([[-1.0, 2.0, -3.0]])
+    with recorder.step(0):
+        model(x.clone())
+    capture = read_capture(tmp_path / "capture")
+    values = {r.name: np.asarray(capture.load(r)) for r in capture.step_records(0)}
+    np.testing.assert_array_equal(values["1.in0"], [[-1.0, 2.0, -3.0]])
+    np.testing.assert_array_equal(values["1"], [[0.0, 2.0, 0.0]])
+
+
 def test_prefix_rules_of_a_mapping_file_pair_layers(tmp_path, capsys):
     rng = np.random.default_rng(7)
     a, b = CaptureWriter(tmp_path / "a", "mindspore"), CaptureWriter(tmp_path / "b", "pytorch")
