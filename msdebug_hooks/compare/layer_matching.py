@@ -5,8 +5,9 @@ parameters and gradients tried as written and then through the MindSpore <-> PyT
 (:func:`msdebug_hooks.compare.naming.name_candidates`); then, for what is left, execution order and shape -- the
 next unmatched record of B between the B positions of A's nearest matched neighbours, of the same kind, whose shape
 agrees directly or through a layout of the table (a Conv1d weight's gradient ``[o, i, 1, k]`` with ``[o, i, k]``),
-and, where the captures name the layers' classes, of the same layer type: a shape coincidence never pairs unlike
-layers (a time-major ``[T, B, H]`` inner LSTM cell with a batch-major ``[B, T, H]`` output when T equals B);
+and, where the captures name the layers' classes, of the same layer type and parameter-free role: a shape
+coincidence never pairs unlike layers (a time-major ``[T, B, H]`` inner LSTM cell with a batch-major ``[B, T, H]``
+output when T equals B);
 last, the parameter-free layers still left over on both sides, by order and role whatever their types (an
 ``nn.ReLU`` with a ``GELU`` whose names shifted, a pool ``[N, C, 1, 1]`` with a ``[N, C]`` one:
 :mod:`msdebug_hooks.compare.layer_roles`).
@@ -17,7 +18,7 @@ import dataclasses
 from typing import Mapping, NamedTuple, Optional
 
 from msdebug_hooks.compare.layer_capture import FORWARD_OUTPUT, LayerRecord
-from msdebug_hooks.compare.layer_roles import free_role, pair_by_role, parameter_layers
+from msdebug_hooks.compare.layer_roles import free_role, pair_by_role, parameter_layers, role_of
 from msdebug_hooks.compare.layouts import pairable_by_shape
 from msdebug_hooks.compare.naming import name_candidates
 from msdebug_hooks.compare.replay import layer_candidates
@@ -89,8 +90,8 @@ def match_records(records_a: list, records_b: list, framework_a: str, framework_
         before = min((ob for oa, ob in same_kind if oa > a.order), default=float("inf"))
         layer_a = _layer(a, framework_a, layer_types[0])
         candidate = next((b for b in order_b if id(b) in free_b and b.kind == a.kind and after < b.order < before
-                          and pairable_by_shape(a.shape, b.shape, layer_a, _layer(b, framework_b, layer_types[1]))),
-                         None)
+                          and _same_role(layer_a, layer_b := _layer(b, framework_b, layer_types[1]))
+                          and pairable_by_shape(a.shape, b.shape, layer_a, layer_b)), None)
         if candidate is None:
             unmatched_a.append(a)
         else:
@@ -115,6 +116,14 @@ def _mapped(mapping: Mapping[str, str], name: str) -> Optional[str]:
 def _keys(record: LayerRecord, framework: str) -> tuple:
     """The names a record is matched under: a layer's name as recorded; a parameter's as written, then canonical."""
     return (record.name,) if record.kind == FORWARD_OUTPUT else name_candidates(record.name, framework)
+
+
+def _same_role(layer_a: Optional[tuple], layer_b: Optional[tuple]) -> bool:
+    """Whether two layers play the same parameter-free role (or none): an order+shape coincidence never pairs a
+    ``Dropout`` with an ``Identity``, whose classes the layout table knows neither of."""
+    if layer_a is None or layer_b is None:
+        return True
+    return role_of(layer_a[1]) == role_of(layer_b[1])
 
 
 def _layer(record: LayerRecord, framework: str, types: Mapping[str, str]) -> Optional[tuple]:
