@@ -8,8 +8,9 @@ layers, the parameter-free layers left over on both sides are paired **by order 
 * the role of a layer comes from its class (:func:`role_of`): ``activation`` (an activation of the layout table,
   either framework's name, case aside), ``pooling`` (a class name holding ``Pool``), ``dropout`` (``Drop``:
   ``Dropout``, ``DropPath``), ``identity`` (``Identity``), ``reshape`` (``Flatten``, ``Unflatten``, ``Reshape``);
-* a layer is parameter-free when it has a role and no parameter or gradient record of the capture lies under its
-  name (a ``PReLU`` holds one and is not);
+* a layer is parameter-free when no parameter or gradient record of the capture lies under its name (a ``PReLU``
+  holds one and is not); a class of no role above (a ``Pad`` cell) is parameter-free only where the capture records
+  parameters or gradients at all, and then plays :data:`OTHER`, which pairs with nothing by role;
 * two records pair when they have the same role, lie between the same two paired neighbours on their sides, come
   in the same order, and their shapes agree directly or after dropping unit axes (``[N, C, 1, 1]`` of a pool against
   ``[N, C]`` of a mean: :func:`squeezable`, the values then compared squeezed).
@@ -34,6 +35,8 @@ from msdebug_hooks.compare.replay import layer_candidates
 from msdebug_hooks.errors import ConfigError
 
 ACTIVATION, POOLING, DROPOUT, IDENTITY, RESHAPE = "activation", "pooling", "dropout", "identity", "reshape"
+#: a parameter-free layer of no role above (a ``Pad`` cell): unpaired it is a note too, but it pairs by role with none
+OTHER = "other"
 #: roles whose output holds the input's values (in eval, or with p = 0 for dropout)
 VALUE_PRESERVING = (DROPOUT, IDENTITY, RESHAPE)
 _ACTIVATION_NAMES = frozenset(name.lower() for layout in LAYOUTS if not layout.params and not layout.atomic
@@ -87,13 +90,18 @@ def parameter_layers(records: Sequence[LayerRecord]) -> set:
 
 
 def free_role(record: LayerRecord, types: Mapping[str, str], holders: set) -> Optional[str]:
-    """The role of a forward output of a parameter-free layer, None for any other record."""
+    """The role of a forward output of a parameter-free layer, None for any other record.
+
+    ``holders``: the layers with parameters (:func:`parameter_layers`). Where the capture records parameters or
+    gradients at all, a layer with none under it and no role of its own (a ``Pad`` cell) plays :data:`OTHER`; where
+    it records none, only the roles' classes are known to be parameter-free."""
     if record.kind != FORWARD_OUTPUT:
         return None
     layer = next((name for name in layer_candidates(record.name) if name in types), None)
     if layer is None or layer in holders:
         return None
-    return role_of(types[layer])
+    role = role_of(types[layer])
+    return OTHER if role is None and holders else role
 
 
 def squeezable(shape_a: Sequence[int], shape_b: Sequence[int]) -> bool:
@@ -114,7 +122,7 @@ def pair_by_role(pairs: list, rest_a: list, rest_b: list, roles_a: Mapping[int, 
     last_b = -1
     for a in rest_a:
         role = roles_a.get(id(a))
-        if role is None:
+        if role is None or role == OTHER:
             unmatched_a.append(a)
             continue
         after = max((ob for oa, ob in anchors if oa < a.order), default=-1)
