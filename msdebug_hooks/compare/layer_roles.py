@@ -18,8 +18,8 @@ layers, the parameter-free layers left over on both sides are paired **by order 
 Such a pair is compared like any other; two activations of different types that differ are the finding at that
 layer ("A computes ReLU where B computes GELU"). A parameter-free record still without a partner is a note, not a
 difference: its values reach the next paired layer, whose comparison judges them. It is named as the cause only
-where that next layer differs because its input differs, the layers left over on its side do not end in the
-values the other side feeds that layer, and the record changes values (:func:`find_suspects`).
+where that next layer differs because its input differs, the record comes after the last leftover whose output
+still holds the values the other side feeds that layer, and it changes values (:func:`find_suspects`).
 """
 from __future__ import annotations
 
@@ -163,10 +163,10 @@ def find_suspects(report: Any, index: int, side_a: tuple, side_b: tuple) -> list
     None when its replay says ``own`` (the layer itself computes differently). Else, on each side, the unpaired
     parameter-free layers between the paired forward record before the finding and the finding's layer (the gap):
 
-    * a side whose gap ends in the values the other side feeds the finding's layer is explained (the other side
-      computes the same without a layer: ``torch.relu``, a ``mean``);
-    * otherwise its layers that change values are suspects: their output is not their own recorded input (an
-      identity, a dropout in eval, a flatten keep it); without recorded inputs, every layer but those roles.
+    * the gap's layers up to the last one whose output holds the values the other side feeds the finding's layer
+      are explained (the other side computes the same without a layer: ``torch.relu``, a ``mean``);
+    * of the layers after it, those that change values are suspects: their output is not their own recorded input
+      (an identity, a dropout in eval, a flatten keep it); without recorded inputs, every layer but those roles.
     """
     from msdebug_hooks.compare.layer_replay import OWN
 
@@ -189,11 +189,11 @@ def find_suspects(report: Any, index: int, side_a: tuple, side_b: tuple) -> list
                 outputs[id(free)] = cap.load(free.record)
             except CaptureError:
                 continue
-        if not gap or id(gap[-1]) not in outputs:
-            continue
         fed_input = _first_input(other, other_step, fed.name)
-        if fed_input is not None and same_values(outputs[id(gap[-1])], fed_input, floor):
-            continue
+        if fed_input is not None:   # the gap's layers up to the last one the other side's input matches are explained
+            matched = [i for i, free in enumerate(gap)
+                       if id(free) in outputs and same_values(outputs[id(free)], fed_input, floor)]
+            gap = gap[matched[-1] + 1:] if matched else gap
         for free in gap:
             own_input = _first_input(cap, step, free.record.name)
             keeps = (free.role in VALUE_PRESERVING if own_input is None or id(free) not in outputs

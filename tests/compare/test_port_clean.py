@@ -200,7 +200,7 @@ def _says_the_same(out: Path, name: str, result: dict) -> None:
 
 
 CLEAN = ["clean", "mlp", "dense", "pool"]
-PLANTED = {"unpaired_gelu": "act2", "mlp_swap": "activation2", "mlp_b_extra": "fc3",
+PLANTED = {"unpaired_gelu": "act2", "unpaired_dropout_on": "drop", "mlp_swap": "activation2", "mlp_b_extra": "fc3",
            "dense_eps": "features.1.layer2.norm", "pool_wrong": "global_pool"}
 
 
@@ -238,6 +238,8 @@ def test_what_each_case_shows(clean_results):
                                                   "layer_type": "GELU"}
     sources = {s["framework"]: s for s in results["unpaired_gelu"]["report"]["sources"]}
     assert "self.act2(self.conv2(x))" in sources["MindSpore"]["call"]
+    # a Dropout(p=0.5) PyTorch lacks: the pool before it still holds what PyTorch feeds fc, so the dropout is named
+    assert layers["unpaired_dropout_on"]["culprit"]["name"] == "drop"
     # names shifted: the swapped activation is paired by role and named with both types
     assert "A's activation2 computes GELU where B's act_b computes ReLU" in results["mlp_swap"]["headline"]
     assert {s["framework"]: s["layer"] for s in results["mlp_swap"]["report"]["sources"]} == {

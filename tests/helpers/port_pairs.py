@@ -40,6 +40,8 @@ class MsNet(mnn.Cell):
     """The same with cells: ReLU cells, no norm, a Dropout(p=0) cell, AdaptiveAvgPool2d + Flatten."""
 
     def __init__(self, extra: str = "") -> None:
+        """``extra``: ``"gelu"`` ports act2 as a GELU; ``"dropout"`` leaves the Dropout cell at p = 0.5 (it runs in
+        training mode, where PyTorch has no dropout)."""
         super().__init__()
         self.conv1 = mnn.Conv2d(3, 8, 3, pad_mode="pad", padding=1, has_bias=True)
         self.bn1 = mnn.BatchNorm2d(8, momentum=0.9)
@@ -48,7 +50,7 @@ class MsNet(mnn.Cell):
         self.act2 = mnn.ReLU() if extra != "gelu" else mnn.GELU(approximate=False)
         self.pool = mnn.AdaptiveAvgPool2d(1)
         self.flatten = mnn.Flatten()
-        self.drop = mnn.Dropout(p=0.0)
+        self.drop = mnn.Dropout(p=0.5 if extra == "dropout" else 0.0)
         self.fc = mnn.Dense(8, 5)
         self.extra = extra
 

@@ -29,6 +29,7 @@ LABELS = np.array([1, 2])
 CASES = {
     "clean": (TorchNet, lambda: MsNet(), IMAGES),
     "unpaired_gelu": (TorchNet, lambda: MsNet("gelu"), IMAGES),
+    "unpaired_dropout_on": (TorchNet, lambda: MsNet("dropout"), IMAGES),
     "mlp": (TorchMlp, lambda: MsMlp(), VECTORS),
     "mlp_swap": (TorchMlp, lambda: MsMlp(swap=True), VECTORS),
     "mlp_b_extra": (lambda: TorchMlp(b_extra=True), lambda: MsMlp(), VECTORS),
