@@ -8,7 +8,8 @@ agrees directly or through a layout of the table (a Conv1d weight's gradient ``[
 and, where the captures name the layers' classes, of the same layer type and parameter-free role: a shape
 coincidence never pairs unlike layers (a time-major ``[T, B, H]`` inner LSTM cell with a batch-major ``[B, T, H]``
 output when T equals B);
-last, the parameter-free layers still left over on both sides, by order and role whatever their types (an
+last, the parameter-free layers still left over on both sides (with those that keep their input's values: dropout,
+identity, reshape, which order+shape leaves to this step), by order and role whatever their types (an
 ``nn.ReLU`` with a ``GELU`` whose names shifted, a pool ``[N, C, 1, 1]`` with a ``[N, C]`` one:
 :mod:`msdebug_hooks.compare.layer_roles`).
 """
@@ -18,7 +19,7 @@ import dataclasses
 from typing import Mapping, NamedTuple, Optional
 
 from msdebug_hooks.compare.layer_capture import FORWARD_OUTPUT, LayerRecord
-from msdebug_hooks.compare.layer_roles import free_role, pair_by_role, parameter_layers, role_of
+from msdebug_hooks.compare.layer_roles import VALUE_PRESERVING, free_role, pair_by_role, parameter_layers, role_of
 from msdebug_hooks.compare.layouts import pairable_by_shape
 from msdebug_hooks.compare.naming import name_candidates
 from msdebug_hooks.compare.replay import layer_candidates
@@ -89,6 +90,9 @@ def match_records(records_a: list, records_b: list, framework_a: str, framework_
         after = max((ob for oa, ob in same_kind if oa < a.order), default=-1)
         before = min((ob for oa, ob in same_kind if oa > a.order), default=float("inf"))
         layer_a = _layer(a, framework_a, layer_types[0])
+        if layer_a is not None and role_of(layer_a[1]) in VALUE_PRESERVING:
+            unmatched_a.append(a)   # paired by role below, after the layers that change values
+            continue
         candidate = next((b for b in order_b if id(b) in free_b and b.kind == a.kind and after < b.order < before
                           and _same_role(layer_a, layer_b := _layer(b, framework_b, layer_types[1]))
                           and pairable_by_shape(a.shape, b.shape, layer_a, layer_b)), None)

@@ -114,30 +114,32 @@ def pair_by_role(pairs: list, rest_a: list, rest_b: list, roles_a: Mapping[int, 
     """``(new pairs, still unmatched A, still unmatched B)``: A's parameter-free forward records left over paired
     with B's, by order and role, between the B positions of A's nearest paired neighbours (see the module doc).
 
-    ``pairs``: the ``(a, b, how)`` pairs so far; ``roles_a``/``roles_b``: ``id(record)`` -> role of the parameter-free
-    records."""
+    Layers that change values (activations, pools) are paired first, then those that keep them (dropout, identity,
+    reshape) between the pairs made so: a dropout placed before an activation on one side and after it on the other
+    is then left unpaired, instead of pairing the two dropouts across the activation and comparing values taken on
+    either side of it. ``pairs``: the ``(a, b, how)`` pairs so far; ``roles_a``/``roles_b``: ``id(record)`` -> role
+    of the parameter-free records."""
     anchors = [(a.order, b.order) for a, b, _ in pairs if a.kind == FORWARD_OUTPUT]
     free_b = {id(b): b for b in rest_b}
-    found, unmatched_a = [], []
-    last_b = -1
-    for a in rest_a:
-        role = roles_a.get(id(a))
-        if role is None or role == OTHER:
-            unmatched_a.append(a)
-            continue
-        after = max((ob for oa, ob in anchors if oa < a.order), default=-1)
-        before = min((ob for oa, ob in anchors if oa > a.order), default=float("inf"))
-        start = max(after, last_b)
-        candidate = next((b for b in rest_b if id(b) in free_b and roles_b.get(id(b)) == role
-                          and start < b.order < before and _shapes_pair(a.shape, b.shape)), None)
-        if candidate is None:
-            unmatched_a.append(a)
-            continue
-        del free_b[id(candidate)]
-        last_b = candidate.order
-        found.append((a, candidate))
-        anchors.append((a.order, candidate.order))
-    return found, unmatched_a, [b for b in rest_b if id(b) in free_b]
+    found: list = []
+    for wanted in ((ACTIVATION, POOLING), VALUE_PRESERVING):
+        last_b = -1
+        for a in rest_a:
+            role = roles_a.get(id(a))
+            if role not in wanted or any(a is done for done, _ in found):
+                continue
+            after = max((ob for oa, ob in anchors if oa < a.order), default=-1)
+            before = min((ob for oa, ob in anchors if oa > a.order), default=float("inf"))
+            start = max(after, last_b)
+            candidate = next((b for b in rest_b if id(b) in free_b and roles_b.get(id(b)) == role
+                              and start < b.order < before and _shapes_pair(a.shape, b.shape)), None)
+            if candidate is not None:
+                del free_b[id(candidate)]
+                last_b = candidate.order
+                found.append((a, candidate))
+                anchors.append((a.order, candidate.order))
+    paired = {id(a) for a, _ in found}
+    return found, [a for a in rest_a if id(a) not in paired], [b for b in rest_b if id(b) in free_b]
 
 
 def _shapes_pair(shape_a: Sequence[int], shape_b: Sequence[int]) -> bool:

@@ -163,8 +163,7 @@ class PortCheck:
                                  marked=self.marked, sources=[s.as_dict() for s in self.sources],
                                  settings=[f.message for f in self.conventions],
                                  extra=[f"weights: {self.copy.summary()}"] + [f"update: {u.message}"
-                                                                             for u in self.updates[:20]]
-                                 + [f"note: {note}" for note in [self.layers.free_note()] if note],
+                                                                             for u in self.updates[:20]],
                                  subtitle=f"A: {self.model_mindspore} (MindSpore, the port) \u00b7 B: "
                                           f"{self.model_pytorch} (PyTorch, the reference) \u00b7 {self.batch}")
 

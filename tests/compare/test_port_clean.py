@@ -180,6 +180,25 @@ def test_activations_of_different_types_are_paired_by_role_and_the_swap_is_named
     assert "A's activation computes GELU where B's act_b computes ReLU" in report.headline()
 
 
+def test_a_dropout_on_the_other_side_of_an_activation_is_not_paired_across_it(tmp_path):
+    from msdebug_hooks.compare.layers import compare_layers
+
+    rng = np.random.default_rng(3)
+    h = rng.standard_normal((2, 6)).astype(np.float32)
+    out = rng.standard_normal((2, 3)).astype(np.float32)
+    relu = np.maximum(h, 0)
+    b = _write(tmp_path / "b", "pytorch", [("fc1", "Linear"), ("act", "ReLU"), ("drop", "Dropout"), ("fc2", "Linear")],
+               {"fc1": h, "act": relu, "drop": relu, "fc2": out}, ("fc1.weight", "fc2.weight"))
+    a = _write(tmp_path / "a", "mindspore", [("fc1", "Dense"), ("dropout", "Dropout"), ("relu", "ReLU"),
+                                             ("fc2", "Dense")],
+               {"fc1": h, "dropout": h, "relu": relu, "fc2": out}, ("fc1.weight", "fc2.weight"))
+    report = compare_layers(a, b)
+    assert report.ok, report.format()
+    assert [(p.record_a.name, p.record_b.name) for p in report.pairs if p.record_a.kind == "forward-output"] == [
+        ("fc1", "fc1"), ("relu", "act"), ("fc2", "fc2")]
+    assert {(f.side, f.record.name) for f in report.unpaired_free} == {("A", "dropout"), ("B", "drop")}
+
+
 # --- the pairs through compare_models and the command -----------------------------------------------------------
 @pytest.fixture(scope="module")
 def clean_results(tmp_path_factory):
