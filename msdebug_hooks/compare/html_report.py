@@ -247,24 +247,29 @@ def write_html_report(path: Union[str, Path], comparison: Any, losses: LossInput
                       title: Optional[str] = None, headline: Optional[str] = None, marked: Optional[str] = None,
                       sources: Sequence[Mapping[str, Any]] = (), settings: Sequence[str] = (),
                       extra: Sequence[str] = (), parted_step: Optional[int] = None,
-                      subtitle: Optional[str] = None) -> Path:
+                      subtitle: Optional[str] = None, ok: Optional[bool] = None) -> Path:
     """Write the report of ``comparison`` (a ``LayerComparison``) to ``path`` and return it.
 
     ``losses``: ``{label: [loss per step from 1] | {step: loss} | LossSeries}``; ``marked``: the layer to pin
     (default: the record the comparison's finding names); ``headline``: the banner's sentence (default: the
     finding's); ``sources``: ``{"framework", "layer", "call", "definition"}`` dicts (the port check's source lines);
     ``settings``, ``extra``: lines listed under the banner; ``parted_step``: a step to mark on the loss chart;
-    ``subtitle``: the line under the title (default: the two captures)."""
+    ``subtitle``: the line under the title (default: the two captures); ``ok``: whether the banner is green, the
+    verdict the caller's exit code gives (default: the comparison's ``ok``), so the page never reads clean where
+    the command fails."""
     finding = comparison.finding
+    if ok is None:
+        ok = bool(getattr(comparison, "ok", finding is None))
     marked_index = None if finding is None else finding.index
     if marked is None and finding is not None:
         marked = comparison.pairs[finding.index].record_a.name
     if headline is None:
-        headline = (f"first divergence: {marked} ({finding.kind}): {finding.describe()}" if finding is not None
-                    else "no layer diverges")
+        headline = comparison.headline() if hasattr(comparison, "headline") else (
+            f"first divergence: {marked} ({finding.kind}): {finding.describe()}" if finding is not None
+            else "no layer diverges")
     name = html.escape(marked or "")
     page_title = html.escape(title or "msdebug comparison") + (f": first divergence at {name}" if marked else
-                                                               ": no divergence")
+                                                               ": no divergence" if ok else ": differs")
     replay = getattr(comparison, "replay", None)
     details = [f"{s.get('framework')}: {s.get('layer')}\n  called at {s.get('call')}\n  defined in "
                f"{s.get('definition')}" for s in sources]
@@ -277,9 +282,9 @@ def write_html_report(path: Union[str, Path], comparison: Any, losses: LossInput
         subtitle = (f"A: {comparison.capture_a} ({comparison.framework_a}) \u00b7 B: {comparison.capture_b} "
                     f"({comparison.framework_b})")
     svg = loss_svg(losses, parted=parted_step)
-    body = [f'<body data-first-divergence="{name}">',
+    body = [f'<body data-first-divergence="{name}" data-ok="{str(ok).lower()}">',
             f"<header><h1>{page_title}</h1><div>{html.escape(subtitle)}</div></header>",
-            f'<div class="banner{" clean" if not marked else ""}" id="pinned"><h2>{html.escape(headline)}</h2>'
+            f'<div class="banner{" clean" if ok and not marked else ""}" id="pinned"><h2>{html.escape(headline)}</h2>'
             + (f"<pre>{banner_body}</pre>" if banner_body else "") + "</div>"]
     if settings or extra:
         body.append("<section>" + (f"<h3>Settings that differ</h3>{_list(settings)}" if settings else "")
@@ -294,8 +299,12 @@ def write_html_report(path: Union[str, Path], comparison: Any, losses: LossInput
                                                                            for r in comparison.unmatched_b]
     if unmatched:
         body.append(f"<section><h3>Without a partner</h3>{_list(unmatched)}</section>")
+    free = [f"{f.describe()}" for f in getattr(comparison, "unpaired_free", ())]
+    if free:
+        body.append(f"<section><h3>Parameter-free layers without a partner (a note, not a difference)</h3>"
+                    f"{_list(free)}</section>")
     body.append(f"<section><h3>Every pair</h3>{_pair_table(comparison, marked_index)}</section>")
-    data = json.dumps({"marked": marked, "headline": headline}).replace("</", "<\\/")
+    data = json.dumps({"marked": marked, "headline": headline, "ok": ok}).replace("</", "<\\/")
     body.append(f'<script type="application/json" id="report-data">{data}</script><script>{_JS}</script></body>')
     page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{page_title}</title>'
             f"<style>{_CSS}</style></head>" + "\n".join(body) + "</html>\n")

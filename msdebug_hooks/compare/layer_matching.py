@@ -5,8 +5,13 @@ parameters and gradients tried as written and then through the MindSpore <-> PyT
 (:func:`msdebug_hooks.compare.naming.name_candidates`); then, for what is left, execution order and shape -- the
 next unmatched record of B between the B positions of A's nearest matched neighbours, of the same kind, whose shape
 agrees directly or through a layout of the table (a Conv1d weight's gradient ``[o, i, 1, k]`` with ``[o, i, k]``),
-and, where the captures name the layers' classes, of the same layer type: a shape coincidence never pairs unlike
-layers (a time-major ``[T, B, H]`` inner LSTM cell with a batch-major ``[B, T, H]`` output when T equals B).
+and, where the captures name the layers' classes, of the same layer type and parameter-free role: a shape
+coincidence never pairs unlike layers (a time-major ``[T, B, H]`` inner LSTM cell with a batch-major ``[B, T, H]``
+output when T equals B);
+last, the parameter-free layers still left over on both sides (with those that keep their input's values: dropout,
+identity, reshape, which order+shape leaves to this step), by order and role whatever their types (an
+``nn.ReLU`` with a ``GELU`` whose names shifted, a pool ``[N, C, 1, 1]`` with a ``[N, C]`` one:
+:mod:`msdebug_hooks.compare.layer_roles`).
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import dataclasses
 from typing import Mapping, NamedTuple, Optional
 
 from msdebug_hooks.compare.layer_capture import FORWARD_OUTPUT, LayerRecord
+from msdebug_hooks.compare.layer_roles import VALUE_PRESERVING, free_role, pair_by_role, parameter_layers, role_of
 from msdebug_hooks.compare.layouts import pairable_by_shape
 from msdebug_hooks.compare.naming import name_candidates
 from msdebug_hooks.compare.replay import layer_candidates
@@ -21,6 +27,7 @@ from msdebug_hooks.compare.replay import layer_candidates
 MATCHED_BY_MAPPING = "mapping"
 MATCHED_BY_NAME = "name"
 MATCHED_BY_ORDER = "order+shape"
+MATCHED_BY_ROLE = "order+role"
 
 
 class RecordPair(NamedTuple):
@@ -50,9 +57,11 @@ class FoldedRecords(NamedTuple):
 def match_records(records_a: list, records_b: list, framework_a: str, framework_b: str,
                   mapping: Optional[Mapping[str, str]] = None, *,
                   layer_types: tuple[Mapping[str, str], Mapping[str, str]] = ({}, {})) -> RecordMatching:
-    """The records paired by mapping, then name, then order and shape, and those left over.
+    """The records paired by mapping, then name, then order and shape, then (parameter-free layers) order and role,
+    and those left over.
 
-    ``layer_types``: each capture's layer name -> class name (``Capture.layer_types``), for the order+shape step."""
+    ``layer_types``: each capture's layer name -> class name (``Capture.layer_types``), for the order+shape and the
+    order+role steps (without them the role step pairs nothing)."""
     mapping = mapping if mapping is not None else {}
     free_b = {id(b): b for b in records_b}
     pairs: list[RecordPair] = []
@@ -81,16 +90,25 @@ def match_records(records_a: list, records_b: list, framework_a: str, framework_
         after = max((ob for oa, ob in same_kind if oa < a.order), default=-1)
         before = min((ob for oa, ob in same_kind if oa > a.order), default=float("inf"))
         layer_a = _layer(a, framework_a, layer_types[0])
+        if layer_a is not None and role_of(layer_a[1]) in VALUE_PRESERVING:
+            unmatched_a.append(a)   # paired by role below, after the layers that change values
+            continue
         candidate = next((b for b in order_b if id(b) in free_b and b.kind == a.kind and after < b.order < before
-                          and pairable_by_shape(a.shape, b.shape, layer_a, _layer(b, framework_b, layer_types[1]))),
-                         None)
+                          and _same_role(layer_a, layer_b := _layer(b, framework_b, layer_types[1]))
+                          and pairable_by_shape(a.shape, b.shape, layer_a, layer_b)), None)
         if candidate is None:
             unmatched_a.append(a)
         else:
             del free_b[id(candidate)]
             pairs.append(RecordPair(a, candidate, MATCHED_BY_ORDER))
+    unmatched_b = [b for b in records_b if id(b) in free_b]
+    holders_a, holders_b = parameter_layers(records_a), parameter_layers(records_b)
+    roles_a = {id(a): role for a in unmatched_a if (role := free_role(a, layer_types[0], holders_a)) is not None}
+    roles_b = {id(b): role for b in unmatched_b if (role := free_role(b, layer_types[1], holders_b)) is not None}
+    by_role, unmatched_a, unmatched_b = pair_by_role(pairs, unmatched_a, unmatched_b, roles_a, roles_b)
+    pairs += [RecordPair(a, b, MATCHED_BY_ROLE) for a, b in by_role]
     pairs.sort(key=lambda pair: (pair.a.kind != FORWARD_OUTPUT, pair.a.order))
-    return RecordMatching(pairs, unmatched_a, [b for b in records_b if id(b) in free_b])
+    return RecordMatching(pairs, unmatched_a, unmatched_b)
 
 
 def _mapped(mapping: Mapping[str, str], name: str) -> Optional[str]:
@@ -102,6 +120,14 @@ def _mapped(mapping: Mapping[str, str], name: str) -> Optional[str]:
 def _keys(record: LayerRecord, framework: str) -> tuple:
     """The names a record is matched under: a layer's name as recorded; a parameter's as written, then canonical."""
     return (record.name,) if record.kind == FORWARD_OUTPUT else name_candidates(record.name, framework)
+
+
+def _same_role(layer_a: Optional[tuple], layer_b: Optional[tuple]) -> bool:
+    """Whether two layers play the same parameter-free role (or none): an order+shape coincidence never pairs a
+    ``Dropout`` with an ``Identity``, whose classes the layout table knows neither of."""
+    if layer_a is None or layer_b is None:
+        return True
+    return role_of(layer_a[1]) == role_of(layer_b[1])
 
 
 def _layer(record: LayerRecord, framework: str, types: Mapping[str, str]) -> Optional[tuple]:

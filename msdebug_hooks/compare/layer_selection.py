@@ -16,6 +16,25 @@ from typing import Any, Iterable, Sequence
 from msdebug_hooks.compare.layouts import is_atomic
 
 
+#: the module each framework defines its container classes in
+_CONTAINER_MODULES = ("mindspore.nn.layer.container", "torch.nn.modules.container")
+
+
+def is_builtin_container(cell: Any) -> bool:
+    """Whether ``cell`` is a framework's own container (``SequentialCell``, ``nn.Sequential``, ``ModuleList``, ...):
+    its class, or a class above it, is defined in the framework's container module, and the class itself is the
+    framework's. A user class built on ``nn.Sequential`` is not (it is a user layer, never one-layer anyway)."""
+    cls = type(cell)
+    if not cls.__module__.startswith(("mindspore.", "torch.")):
+        return False
+    return any(base.__module__ in _CONTAINER_MODULES for base in cls.__mro__)
+
+
+def is_one_layer(framework: str, cell: Any) -> bool:
+    """A built-in layer recorded as one, its children not (``is_atomic``); never a built-in container."""
+    return not is_builtin_container(cell) and is_atomic(framework, cell)
+
+
 def _has_children(cell: Any) -> bool:
     if hasattr(cell, "name_cells"):  # MindSpore
         return bool(cell.name_cells())
@@ -27,9 +46,9 @@ def select_layers(named: Iterable[tuple], framework: str, containers: Sequence[s
     """The names to hook, in the order of ``named`` (``cells_and_names()`` / ``named_modules()``).
 
     A name is recorded when the user named it in ``containers``, or when it is a leaf or a built-in layer the table
-    treats as one (``is_atomic``) and no built-in layer above it is (``inner_cells=True`` records those too)."""
+    treats as one (:func:`is_one_layer`) and no built-in layer above it is (``inner_cells=True`` records those too)."""
     named = [(name, cell) for name, cell in named]
-    atomic = {name for name, cell in named if is_atomic(framework, cell)}
+    atomic = {name for name, cell in named if is_one_layer(framework, cell)}
     wanted = set(containers)
     chosen = []
     for name, cell in named:

@@ -8,7 +8,10 @@ A's nearest matched neighbours, of the same kind and shape). Each pair is compar
 its row. Where the runs part is decided by :mod:`msdebug_hooks.compare.attribution`: the first record whose error
 as a whole appears or jumps well above both the noise of its arithmetic and what the records before it carried.
 A comparison is ``ok`` when nothing diverges and every record found its partner (a kind that one capture lacks
-entirely, such as gradients from a GRAPH_MODE ``Model.train``, is left out and said so).
+entirely, such as gradients from a GRAPH_MODE ``Model.train``, is left out and said so), parameter-free layers
+aside: an identity, a dropout, a cell activation where the other side calls a function, a pool against a mean,
+left without a partner, are listed as a note (:mod:`msdebug_hooks.compare.layer_roles`), and named as the cause only
+where the next paired layer differs through its input and their output is not explained.
 """
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ from typing import Any, Mapping, Optional
 from msdebug_hooks.compare import attribution
 from msdebug_hooks.compare.layer_capture import (COMPARED_KINDS, FORWARD_OUTPUT, PARAMETER, PARAMETER_GRADIENT, Capture,
                                                  CaptureError, LayerRecord, read_capture)
-from msdebug_hooks.compare.layer_matching import fold_containers, match_records
+from msdebug_hooks.compare.layer_matching import MATCHED_BY_ROLE, fold_containers, match_records
+from msdebug_hooks.compare.layer_roles import (FreeRecord, find_suspects, free_role, layer_type, parameter_layers,
+                                               squeezable)
 from msdebug_hooks.compare.layouts import one_layout
 from msdebug_hooks.compare.metrics import ERROR, NOT_COMPARABLE, WARNING, Tolerance, compare_arrays, not_comparable
 from msdebug_hooks.errors import ConfigError
@@ -39,11 +44,20 @@ class LayerPair:
     record_b: LayerRecord
     matched_by: str
     result: Any  # metrics.TensorComparison
+    type_a: str = ""   # the classes of the layers behind the records, where the captures name them
+    type_b: str = ""
+
+    @property
+    def types_differ(self) -> bool:
+        """Two parameter-free layers paired by role whose classes differ (a ReLU with a GELU)."""
+        return self.matched_by == MATCHED_BY_ROLE and bool(self.type_a) and self.type_a.lower() != self.type_b.lower()
 
     def to_dict(self) -> dict:
         data = {"order": self.record_a.order, "kind": self.record_a.kind, "name_a": self.record_a.name,
                 "name_b": self.record_b.name, "matched_by": self.matched_by}
         data.update(self.result.as_dict())
+        if self.type_a or self.type_b:
+            data.update(type_a=self.type_a, type_b=self.type_b)
         return data
 
     def entry(self) -> attribution.Entry:
@@ -77,6 +91,10 @@ class LayerComparison:
     replay: Any = None
     #: what the matching had to resolve (a container standing for its layers), said in the report
     notes: list = field(default_factory=list)
+    #: parameter-free layers without a partner (``FreeRecord``): a note, never a difference by themselves
+    unpaired_free: list = field(default_factory=list)
+    #: unpaired parameter-free layers the finding's difference may start at (``layer_roles.find_suspects``)
+    suspects: list = field(default_factory=list)
 
     def diverges(self, pair: LayerPair) -> bool:
         bad = (ERROR, NOT_COMPARABLE, WARNING) if self.warnings_diverge else (ERROR, NOT_COMPARABLE)
@@ -108,8 +126,54 @@ class LayerComparison:
 
     @property
     def ok(self) -> bool:
-        """Nothing diverges and every record found its partner (a layer missing on one side is a difference too)."""
+        """Nothing diverges and every record found its partner (a layer missing on one side is a difference too),
+        parameter-free layers aside (``unpaired_free``: a note)."""
         return self.finding is None and not self.unmatched_a and not self.unmatched_b
+
+    @property
+    def culprit(self) -> Optional[FreeRecord]:
+        """The first suspect: the unpaired parameter-free layer the finding names as where the difference starts."""
+        return self.suspects[0] if self.suspects else None
+
+    def explanation(self) -> str:
+        """The finding in one sentence: where it starts (an unpaired parameter-free layer, when one is the cause),
+        what computes differently (two activations of different types), the error and the noise it stands out of."""
+        finding = self.finding
+        if finding is None:
+            return ""
+        pair = self.pairs[finding.index]
+        text = finding.describe()
+        if pair.types_differ:
+            text = (f"A's {pair.record_a.name} computes {pair.type_a} where B's {pair.record_b.name} computes "
+                    f"{pair.type_b}: {text}")
+        if self.culprit is not None:
+            other = "B" if self.culprit.side == "A" else "A"
+            also = [s.describe() for s in self.suspects[1:]]
+            text = (f"the difference starts at {self.culprit.describe()}, which has no partner in {other} and "
+                    f"changes its input; {pair.record_a.name} differs through its input"
+                    + (f" (also unpaired there: {', '.join(also)})" if also else "") + f": {text}")
+        return text
+
+    def headline(self) -> str:
+        """One line, the same the exit code says: the first divergence, unpaired records, or agreement."""
+        finding = self.finding
+        if finding is not None:
+            first = self.pairs[finding.index]
+            where = (self.culprit.record.name if self.culprit is not None and self.culprit.side == "A"
+                     else first.record_a.name)
+            return f"first divergence: {where} ({finding.kind}): {self.explanation()}"
+        if self.unmatched_a or self.unmatched_b:
+            return "no matched record diverges, but some have no partner (listed above): the structures differ"
+        return "no layer diverges"
+
+    def free_note(self) -> Optional[str]:
+        """The note listing the parameter-free layers without a partner, or None."""
+        if not self.unpaired_free:
+            return None
+        listed = ", ".join(free.describe() for free in self.unpaired_free[:12])
+        more = f" and {len(self.unpaired_free) - 12} more" if len(self.unpaired_free) > 12 else ""
+        return (f"{len(self.unpaired_free)} parameter-free layer(s) without a partner, not a difference by "
+                f"themselves (their values reach the next paired layer): {listed}{more}")
 
     def to_dict(self) -> dict:
         finding = self.finding
@@ -120,7 +184,13 @@ class LayerComparison:
                 "first_divergence": first.to_dict() if first else None,
                 "finding": None if finding is None else {
                     "kind": finding.kind, "name": finding.entry.name, "relative_l2_error": _json_float(finding.error),
-                    "upstream": finding.upstream, "noise_floor": finding.floor, "explanation": finding.describe()},
+                    "upstream": finding.upstream, "noise_floor": finding.floor, "explanation": self.explanation()},
+                "ok": self.ok, "headline": self.headline(),
+                "culprit": None if self.culprit is None else {
+                    "side": self.culprit.side, "name": self.culprit.record.name, "role": self.culprit.role,
+                    "layer_type": self.culprit.layer_type},
+                "unpaired_parameter_free": [{"side": f.side, "name": f.record.name, "role": f.role,
+                                             "layer_type": f.layer_type} for f in self.unpaired_free],
                 "kinds_left_out": self.kinds_left_out, "notes": self.notes,
                 "replay": None if self.replay is None else self.replay.as_dict(),
                 "unmatched_a": [r.name for r in self.unmatched_a], "unmatched_b": [r.name for r in self.unmatched_b]}
@@ -140,7 +210,7 @@ class LayerComparison:
                  f"B: {self.capture_b} ({self.framework_b}, step {self.step_b})",
                  f"{len(self.pairs)} pairs compared; {len(self.unmatched_a)} only in A, "
                  f"{len(self.unmatched_b)} only in B"]
-        lines += [f"note: {note}" for note in self.notes]
+        lines += [f"note: {note}" for note in self.notes + [self.free_note()] if note]
         for kind, side in self.kinds_left_out.items():
             lines.append(f"{kind} records: only {side} has them (e.g. no gradients from a GRAPH_MODE Model.train): "
                          f"compared the rest")
@@ -175,7 +245,7 @@ class LayerComparison:
         first = self.pairs[finding.index]
         lines = [f"first divergence: {first.record_a.name} ({first.record_a.kind}, order {first.record_a.order}) vs "
                  f"{first.record_b.name}: {finding.kind}",
-                 f"  {finding.describe()}"]
+                 f"  {self.explanation()}"]
         inherited = self.replay is not None and self.replay.verdict == "inherited"
         earlier = [e for e in entries[:finding.index] if e.kind == attribution.FORWARD]
         if finding.kind == attribution.LAYER and not earlier:
@@ -242,16 +312,27 @@ def compare_layers(capture_a: Any, capture_b: Any, *, step_a: Optional[int] = No
                                           [r for r in records_b if r.kind not in left_out],
                                           cap_a.framework, cap_b.framework, mapping,
                                           layer_types=(cap_a.layer_types, cap_b.layer_types))
+    free = [FreeRecord(side, record, role, layer_type(record, types) or "")
+            for side, records, types, holders in (("A", only_a, cap_a.layer_types, parameter_layers(records_a)),
+                                                  ("B", only_b, cap_b.layer_types, parameter_layers(records_b)))
+            for record in records if (role := free_role(record, types, holders)) is not None]
+    freed = {id(f.record) for f in free}
     report = LayerComparison(str(cap_a.directory), str(cap_b.directory), cap_a.framework, cap_b.framework, sa, sb,
-                             unmatched_a=only_a, unmatched_b=only_b, warnings_diverge=warnings_diverge,
-                             kinds_left_out=left_out, notes=notes)
+                             unmatched_a=[r for r in only_a if id(r) not in freed],
+                             unmatched_b=[r for r in only_b if id(r) not in freed],
+                             warnings_diverge=warnings_diverge, kinds_left_out=left_out, notes=notes,
+                             unpaired_free=free)
     for a, b, how in pairs:
-        report.pairs.append(LayerPair(a, b, how, _compare_pair(cap_a, a, cap_b, b, tolerance)))
-    finding = report.finding if (replay or replay_a is not None or replay_b is not None) else None
-    if finding is not None and finding.kind in (attribution.LAYER, attribution.PRECISION):
+        report.pairs.append(LayerPair(a, b, how, _compare_pair(cap_a, a, cap_b, b, tolerance),
+                                      layer_type(a, cap_a.layer_types) or "", layer_type(b, cap_b.layer_types) or ""))
+    finding = report.finding if (replay or replay_a is not None or replay_b is not None or free) else None
+    if finding is not None and finding.kind in (attribution.LAYER, attribution.PRECISION) and (
+            replay or replay_a is not None or replay_b is not None):
         from msdebug_hooks.compare.layer_replay import replay_verdict
         report.replay = replay_verdict(report.pairs[finding.index], cap_a, cap_b, sa, sb, model_a=replay_a,
                                        model_b=replay_b)
+    if finding is not None and finding.kind == attribution.LAYER and free:
+        report.suspects = find_suspects(report, finding.index, (cap_a, sa), (cap_b, sb))
     return report
 
 
@@ -273,5 +354,8 @@ def _compare_pair(cap_a: Capture, a: LayerRecord, cap_b: Capture, b: LayerRecord
         except CaptureError as exc:
             return not_comparable(str(exc), shape_a=a.shape, shape_b=b.shape, dtype_a=a.dtype, dtype_b=b.dtype)
     value_a, value_b, note = one_layout(arrays[0], arrays[1])   # e.g. a Conv1d weight: [o, i, 1, k] vs [o, i, k]
+    if squeezable(value_a.shape, value_b.shape):                # a pool's [N, C, 1, 1] against a mean's [N, C]
+        value_a, note = value_a.reshape(value_b.shape), (f"compared as {list(value_b.shape)}: the shapes differ "
+                                                         f"only by unit axes ({list(value_a.shape)} in A)")
     result = compare_arrays(value_a, value_b, tolerance)
     return dataclasses.replace(result, reason=f"{result.reason}; {note}") if note else result

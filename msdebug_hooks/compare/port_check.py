@@ -84,13 +84,16 @@ class PortCheck:
 
     @property
     def ok(self) -> bool:
+        """Nothing differs beyond the noise, no record with parameters lacks a partner, no setting differs.
+        Parameter-free layers without a partner are a note (``layers.unpaired_free``), not a difference: the exit
+        code, :meth:`headline`, :meth:`format`, :meth:`to_dict` and the HTML banner all read this."""
         return self.layers.ok and not self.updates and not self.conventions
 
     def headline(self) -> str:
         """One line: where the port parts from its reference, or that it does not."""
         finding = self.layers.finding
         if finding is not None:
-            return f"first divergence: {self.marked} ({finding.kind}): {finding.describe()}"
+            return f"first divergence: {self.marked} ({finding.kind}): {self.layers.explanation()}"
         if self.updates:
             return f"first divergence: {self.marked} (update): {self.updates[0].message}"
         if self.layers.unmatched_a or self.layers.unmatched_b:
@@ -106,7 +109,7 @@ class PortCheck:
                  f"weights: {self.copy.summary()}"]
         if self.copy.rules:
             lines.append("  the attribute names differ; a mapping file would say: " + "; ".join(self.copy.rules[:6]))
-        lines += [f"note: {note}" for note in self.notes + self.layers.notes]
+        lines += [f"note: {note}" for note in self.notes + self.layers.notes + [self.layers.free_note()] if note]
         lines.append("settings (layout table conventions): " + ("none differ" if not self.conventions else
                                                                 f"{len(self.conventions)} differ"))
         lines += [f"  SETTING: {finding.message}" for finding in self.conventions]
@@ -155,7 +158,7 @@ class PortCheck:
         from msdebug_hooks.compare.html_report import write_html_report
 
         return write_html_report(path, self.layers, losses={"MindSpore": self.losses_mindspore,
-                                                            "PyTorch": self.losses_pytorch},
+                                                            "PyTorch": self.losses_pytorch}, ok=self.ok,
                                  title=f"port check: {self.model_mindspore}",
                                  headline=self.headline() + (f" ({self.origin})" if self.origin else ""),
                                  marked=self.marked, sources=[s.as_dict() for s in self.sources],
@@ -331,16 +334,22 @@ def _mark(check: PortCheck, cell: Any, torch_module: Any) -> None:
     """Fill the tree, the marked layer and its source lines."""
     cells = dict(cell.cells_and_names())
     finding = check.layers.finding
+    torch_layer = None
     if finding is not None:
-        check.marked = record_layer(finding.entry.name, cells)
+        culprit = check.layers.culprit
+        named = culprit.record.name if culprit is not None and culprit.side == "A" else finding.entry.name
+        check.marked = record_layer(named, cells)
         check.marked_kind = finding.kind
+        pair = check.layers.pairs[finding.index]   # PyTorch's own partner (names may have shifted)
+        torch_layer = record_layer(culprit.record.name if culprit is not None and culprit.side == "B"
+                                   else pair.record_b.name, dict(torch_module.named_modules()))
     elif check.updates:
         check.marked = record_layer(check.updates[0].name, cells)
         check.marked_kind = "update"
     check.tree = tree_lines(cell, layer_errors(check.layers, cells), check.marked, check.copy.torch_name)
     if check.marked:
         found = [source_line(cell, check.marked, "MindSpore"),
-                 source_line(torch_module, check.copy.torch_name(check.marked), "PyTorch")]
+                 source_line(torch_module, torch_layer or check.copy.torch_name(check.marked), "PyTorch")]
         check.sources = [source for source in found if source is not None]
 
 

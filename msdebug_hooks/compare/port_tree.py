@@ -4,8 +4,9 @@ the source lines behind the marked layer in both frameworks.
 Each node of the tree (MindSpore's layer names, the run under test) carries the largest ``|a-b|/|b|`` of its own
 records (outputs, and the gradients of its parameters); a container shows the largest of everything below it.
 Source lines come from ``inspect``: the user's line that calls the layer (``self.norm1(x)`` in the parent's
-``construct`` / ``forward``, searched for ``self.<attribute>``; the parent's ``def`` line when the call is not
-written so) and where the layer's own ``construct`` / ``forward`` is defined.
+``construct`` / ``forward``, then in the parent's other methods, such as a ``forward_features`` helper; searched for
+``self.<attribute>(``; the parent's ``def`` line when the call is not written so) and where the layer's own
+``construct`` / ``forward`` is defined.
 """
 from __future__ import annotations
 
@@ -68,19 +69,45 @@ def _definition(obj: Any) -> Optional[str]:
     return f"{type(obj).__name__}.{method.__name__} at {_short(path)}:{line}"
 
 
+def _methods(parent: Any) -> list:
+    """The parent class's own methods to search for a call, ``construct`` / ``forward`` first, then the others in
+    the order the class body defines them (a helper such as ``forward_features``), base classes after the class."""
+    first = [m for m in (getattr(type(parent), name, None) for name in ("construct", "forward")) if m is not None]
+    rest = []
+    for cls in type(parent).__mro__:
+        if cls.__module__.startswith(("mindspore.", "torch.", "builtins")):
+            continue
+        for value in vars(cls).values():
+            if inspect.isfunction(value) and value not in first and value not in rest:
+                rest.append(value)
+    return first[:1] + rest
+
+
 def _call_site(parent: Any, attribute: str) -> Optional[str]:
-    method = _method(parent)
-    if method is None:
+    """The line of the parent's code that calls ``self.<attribute>(``: searched in ``construct`` / ``forward``, then
+    in every other method of the parent's class (layers called from a helper such as ``forward_features``); a line
+    that only names ``self.<attribute>`` counts when no method calls it. Without either, the parent's ``def`` line."""
+    methods = _methods(parent)
+    if not methods:
         return None
-    try:
-        lines, start = inspect.getsourcelines(method)
-        path = inspect.getsourcefile(method) or "?"
-    except (OSError, TypeError):
+    called = re.compile(rf"\bself\.{re.escape(attribute)}\s*\(")
+    named = re.compile(rf"\bself\.{re.escape(attribute)}\b")
+    sources = []
+    for method in methods:
+        try:
+            lines, start = inspect.getsourcelines(method)
+            path = inspect.getsourcefile(method) or "?"
+        except (OSError, TypeError):
+            continue
+        sources.append((lines, start, path))
+    for pattern in (called, named):
+        for lines, start, path in sources:
+            for offset, text in enumerate(lines):
+                if pattern.search(text) and not text.lstrip().startswith("#"):
+                    return f"{_short(path)}:{start + offset}  {text.strip()}"
+    if not sources:
         return None
-    pattern = re.compile(rf"\bself\.{re.escape(attribute)}\b")
-    for offset, text in enumerate(lines):
-        if pattern.search(text) and not text.lstrip().startswith("#"):
-            return f"{_short(path)}:{start + offset}  {text.strip()}"
+    lines, start, path = sources[0]
     return f"{_short(path)}:{start}  {lines[0].strip()} (the call is not written as self.{attribute})"
 
 
@@ -148,13 +175,13 @@ def tree_lines(cell: Any, errors: Mapping[str, Mapping[str, float]], marked: Opt
     """The layer tree of ``cell`` as text lines: name, class, the error of its outputs and of its parameters
     (gradients, start values); a container shows the largest below it. ``marked`` gets ``<<< first divergence``;
     ``torch_name(ms_layer)`` adds PyTorch's name where it differs."""
-    from msdebug_hooks.compare.layouts import is_atomic
+    from msdebug_hooks.compare.layer_selection import is_one_layer
 
     cells, inside = [], []
     for name, layer in cell.cells_and_names():  # a built-in layer's private inner cells are its own business
         if name and not any(name.startswith(prefix + ".") for prefix in inside):
             cells.append((name, layer))
-            if is_atomic("mindspore", layer):
+            if is_one_layer("mindspore", layer):
                 inside.append(name)
     totals: dict = {}
     for name, own in errors.items():  # a container shows the largest error below it
