@@ -31,8 +31,9 @@ from msdebug_hooks.compare.layers import LayerComparison, compare_layers
 from msdebug_hooks.compare.layouts import one_layout
 from msdebug_hooks.compare.metrics import compare_arrays
 from msdebug_hooks.compare.port_conventions import check_conventions, dropout_p
-from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, resolve_loss, restore_mindspore, restore_torch,
-                                            run_mindspore, run_torch)
+from msdebug_hooks.compare.port_random import find_random_layers, mode_setters
+from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, mindspore_inputs, resolve_loss,
+                                            restore_mindspore, restore_torch, run_mindspore, run_torch, torch_inputs)
 from msdebug_hooks.compare.port_tree import layer_errors, record_layer, source_line, tree_lines
 from msdebug_hooks.compare.port_weights import WeightCopy, copy_into, pair_parameters, torch_state
 from msdebug_hooks.compare.weight_origin import weight_origin
@@ -299,14 +300,21 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
     for side in ("mindspore", "pytorch"):
         if (root / side).exists():
             shutil.rmtree(root / side)
+    restore_modes = None
     try:
         for layer, module, _ in dropouts:
             layer.p, module.p = 0.0, 0.0
         try:
+            random = _run("torch_module", find_random_layers, mindspore_cell, torch_module,
+                          tuple(torch_inputs(torch_module, batch)), tuple(mindspore_inputs(mindspore_cell, batch)),
+                          copy.torch_name)
+            if random.paired or random.mindspore or random.pytorch:
+                notes.append(random.note())
+            ms_eval, torch_eval, restore_modes = mode_setters(mindspore_cell, torch_module, random)
             run_b = _run("torch_module", run_torch, torch_module, batch, loss_name, lr, steps, root / "pytorch",
-                         custom[0])
+                         custom[0], torch_eval)
             run_a = _run("mindspore_cell", run_mindspore, mindspore_cell, batch, loss_name, lr, steps,
-                         root / "mindspore", custom[1])
+                         root / "mindspore", custom[1], ms_eval)
         finally:
             for layer, module, p in dropouts:
                 layer.p, module.p = p, p
@@ -317,6 +325,8 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
         restore_mindspore(mindspore_cell, run_a.before)  # a replayed BatchNorm in training mode moved its statistics
         updates, level = compare_updates(copy, run_a, run_b)
     finally:
+        if restore_modes is not None:
+            restore_modes()
         if workdir is None and not keep:
             shutil.rmtree(root, ignore_errors=True)
     check = PortCheck(type(mindspore_cell).__name__, type(torch_module).__name__, batch.describe(),

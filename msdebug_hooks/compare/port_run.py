@@ -132,12 +132,9 @@ def restore_mindspore(cell: Any, state: dict) -> None:
             param.set_data(ms.Tensor(state[param.name], dtype=param.dtype))
 
 
-def run_torch(module: Any, batch: Batch, loss: str, lr: float, steps: int, capture: Path,
-              custom: Optional[Callable] = None) -> SideRun:
-    """PyTorch's side: ``steps`` SGD steps on ``batch``, step 1 recorded into ``capture``."""
+def torch_inputs(module: Any, batch: Batch) -> list:
+    """The batch's inputs as tensors on the module's device, floats in its parameters' dtype."""
     import torch
-
-    from msdebug_hooks.compare.torch import TorchLayerRecorder
 
     dtype = _float_dtype(module.parameters())
     device = next(iter(module.parameters()), torch.empty(0)).device
@@ -145,12 +142,27 @@ def run_torch(module: Any, batch: Batch, loss: str, lr: float, steps: int, captu
     for array in batch.inputs:
         tensor = torch.from_numpy(np.ascontiguousarray(array)).to(device)
         tensors.append(tensor.to(dtype) if dtype is not None and tensor.is_floating_point() else tensor)
+    return tensors
+
+
+def run_torch(module: Any, batch: Batch, loss: str, lr: float, steps: int, capture: Path,
+              custom: Optional[Callable] = None, set_modes: Optional[Callable] = None) -> SideRun:
+    """PyTorch's side: ``steps`` SGD steps on ``batch``, step 1 recorded into ``capture``; ``set_modes`` runs
+    after ``module.train()`` (layers that must run in eval mode)."""
+    import torch
+
+    from msdebug_hooks.compare.torch import TorchLayerRecorder
+
+    tensors = torch_inputs(module, batch)
+    device = next(iter(module.parameters()), torch.empty(0)).device
     target = None if batch.target is None else torch.from_numpy(np.ascontiguousarray(batch.target)).to(device)
     loss_fn = _torch_loss(loss, custom)
     recorder = TorchLayerRecorder(module, capture, steps=[1], record_inputs=True, record_parameters=True)
     optimizer = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=lr)
     run = SideRun(trainable={name for name, p in module.named_parameters() if p.requires_grad})
     module.train()
+    if set_modes is not None:
+        set_modes()
     try:
         for step in range(1, steps + 1):
             optimizer.zero_grad()
@@ -189,9 +201,19 @@ def _mindspore_state(cell: Any) -> dict:
     return {param.name: param.asnumpy().copy() for param in cell.get_parameters()}
 
 
+def mindspore_inputs(cell: Any, batch: Batch) -> list:
+    """The batch's inputs as MindSpore tensors, floats in the cell's parameters' dtype."""
+    import mindspore as ms
+
+    dtype = _float_dtype(cell.get_parameters())
+    return [ms.Tensor(array, dtype=dtype) if dtype is not None and array.dtype.kind == "f" else ms.Tensor(array)
+            for array in batch.inputs]
+
+
 def run_mindspore(cell: Any, batch: Batch, loss: str, lr: float, steps: int, capture: Path,
-                  custom: Optional[Callable] = None) -> SideRun:
-    """MindSpore's side: ``steps`` SGD steps on ``batch`` in PyNative mode, step 1 recorded into ``capture``."""
+                  custom: Optional[Callable] = None, set_modes: Optional[Callable] = None) -> SideRun:
+    """MindSpore's side: ``steps`` SGD steps on ``batch`` in PyNative mode, step 1 recorded into ``capture``;
+    ``set_modes`` runs after ``cell.set_train(True)``."""
     import mindspore as ms
     from mindspore import nn
 
@@ -201,9 +223,7 @@ def run_mindspore(cell: Any, batch: Batch, loss: str, lr: float, steps: int, cap
     if mode != ms.PYNATIVE_MODE:
         ms.set_context(mode=ms.PYNATIVE_MODE)
     try:
-        dtype = _float_dtype(cell.get_parameters())
-        tensors = [ms.Tensor(array, dtype=dtype) if dtype is not None and array.dtype.kind == "f"
-                   else ms.Tensor(array) for array in batch.inputs]
+        tensors = mindspore_inputs(cell, batch)
         target = batch.target
         if target is not None:
             target = ms.Tensor(target.astype(np.int32) if target.dtype.kind in "iu" and loss == "cross_entropy"
@@ -220,6 +240,8 @@ def run_mindspore(cell: Any, batch: Batch, loss: str, lr: float, steps: int, cap
         grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
         run = SideRun(trainable={param.name for param in cell.trainable_params()})
         cell.set_train(True)
+        if set_modes is not None:
+            set_modes()
         try:
             for step in range(1, steps + 1):
                 if step == 1:

@@ -218,9 +218,9 @@ def _says_the_same(out: Path, name: str, result: dict) -> None:
     assert ('data-ok="true"' in page) is ok and ('class="banner clean"' in page) is ok
 
 
-CLEAN = ["clean", "mlp", "dense", "pool"]
+CLEAN = ["clean", "mlp", "dense", "pool", "drop_path"]
 PLANTED = {"unpaired_gelu": "act2", "unpaired_dropout_on": "drop", "mlp_swap": "activation2", "mlp_b_extra": "fc3",
-           "dense_eps": "features.1.layer2.norm", "pool_wrong": "global_pool"}
+           "dense_eps": "features.1.layer2.norm", "pool_wrong": "global_pool", "drop_path_dropout_on": "drop"}
 
 
 @pytest.mark.mindspore
@@ -242,6 +242,18 @@ def test_a_planted_bug_is_named_at_its_layer(clean_results, name):
     _says_the_same(out, name, result)
     assert not result["ok"] and result["report"]["marked"] == PLANTED[name], (name, result["headline"])
     assert result["report"]["marked_kind"] == "layer"
+
+
+@pytest.mark.mindspore
+def test_random_layers_found_by_running_them_run_in_eval_mode_in_pairs(clean_results):
+    """A drop path of a class of its own on both sides runs in eval mode (found by calling it twice, never by its
+    name); a dropout only the port has keeps running and is named."""
+    _, results = clean_results
+    clean_notes = " ".join(results["drop_path"]["report"]["notes"])
+    assert "1 random layer pair(s)" in clean_notes and "one side only" not in clean_notes
+    planted_notes = " ".join(results["drop_path_dropout_on"]["report"]["notes"])
+    assert "random on one side only, left running: MindSpore drop, PyTorch none" in planted_notes
+    assert "random layer" not in " ".join(results["clean"]["report"]["notes"])
 
 
 @pytest.mark.mindspore
@@ -269,7 +281,7 @@ def test_what_each_case_shows(clean_results):
     assert any(p["name_a"] == "features.1.layer2.norm" for p in layers["dense"]["pairs"])
     # the [N, C] pool cell against [N, C, 1, 1]: paired by role, compared squeezed
     pool = next(p for p in layers["pool"]["pairs"] if p["name_a"] == "global_pool")
-    assert pool["name_b"] == "pool" and pool["matched_by"] == "order+role" and "unit axes" in pool["reason"]
+    assert pool["name_b"] == "pool" and pool["matched_by"] == "order+role" and "size-1 axes" in pool["reason"]
 
 
 @pytest.mark.mindspore

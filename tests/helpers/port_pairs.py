@@ -211,3 +211,58 @@ class MaxGlobalPooling(mnn.Cell):
 
 
 __all__ = ["TorchNet", "MsNet", "TorchMlp", "MsMlp", "TorchDense", "MsDense", "TorchPoolHead", "MsPoolHead", "ms"]
+
+
+# --- stochastic depth of a class of its own on both sides (as timm's and mindcv's DropPath) ------------------------
+class TorchDropPath(tnn.Module):
+    """Drops whole samples of a residual branch in training mode."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        if not self.training or self.p == 0:
+            return x
+        keep = (torch.rand(x.shape[0], 1) >= self.p).to(x.dtype)
+        return x * keep / (1 - self.p)
+
+
+class TorchResidual(tnn.Module):
+    """fc -> relu -> drop path, added to its input -> fc."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = tnn.Linear(6, 6)
+        self.drop_path = TorchDropPath(0.5)
+        self.fc2 = tnn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.fc2(x + self.drop_path(torch.relu(self.fc1(x))))
+
+
+class MsDropPath(mnn.Cell):
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def construct(self, x):
+        if not self.training or self.p == 0:
+            return x
+        keep = (ops.rand((x.shape[0], 1)) >= self.p).astype(x.dtype)
+        return x * keep / (1 - self.p)
+
+
+class MsResidual(mnn.Cell):
+    """The port; ``dropout_on``: a Dropout(0.5) before the head that PyTorch's model does not have."""
+
+    def __init__(self, dropout_on: bool = False) -> None:
+        super().__init__()
+        self.fc1 = mnn.Dense(6, 6)
+        self.relu = mnn.ReLU()
+        self.drop_path = MsDropPath(0.5)
+        self.drop = mnn.Dropout(p=0.5) if dropout_on else mnn.Identity()
+        self.fc2 = mnn.Dense(6, 3)
+
+    def construct(self, x):
+        return self.fc2(self.drop(x + self.drop_path(self.relu(self.fc1(x)))))

@@ -16,7 +16,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "helpers"))
 
-from port_pairs import MsDense, MsMlp, MsNet, MsPoolHead, TorchDense, TorchMlp, TorchNet, TorchPoolHead  # noqa: E402
+from port_pairs import (MsDense, MsMlp, MsNet, MsPoolHead, MsResidual, TorchDense, TorchMlp, TorchNet,  # noqa: E402
+                        TorchPoolHead, TorchResidual)
 
 from msdebug_hooks.compare.port_check import compare_models  # noqa: E402
 
@@ -37,6 +38,8 @@ CASES = {
     "dense_eps": (TorchDense, lambda: MsDense(eps=1e-2), IMAGES),
     "pool": (TorchPoolHead, lambda: MsPoolHead(), IMAGES),
     "pool_wrong": (TorchPoolHead, lambda: MsPoolHead(wrong_pool=True), IMAGES),
+    "drop_path": (TorchResidual, lambda: MsResidual(), VECTORS),
+    "drop_path_dropout_on": (TorchResidual, lambda: MsResidual(dropout_on=True), VECTORS),
 }
 
 results = {}
