@@ -103,3 +103,77 @@ def test_a_backward_only_bug_in_mobilenet_is_a_gradient_finding(tmp_path):
     finding = report.finding
     assert finding is not None and finding.kind == attribution.GRADIENT_FINDING, report.finding
     assert finding.entry.name.startswith("blocks.3.1."), finding.describe()
+
+
+# --- the port check of a MobileNet-like net: BatchNorm betas and running means that start at zero ------------------
+# every BatchNorm output reaches the loss only through a 1x1 convolution and another BatchNorm (the head included),
+# so the betas' gradients and the running means' changes after it are zero in exact arithmetic: rounding noise only
+def _nets(momentum_ms=0.9):
+    torch = pytest.importorskip("torch")
+    ms_nn = pytest.importorskip("mindspore.nn")
+    tnn = torch.nn
+
+    class TorchBlock(tnn.Module):
+        def __init__(self, c, e):
+            super().__init__()
+            self.conv_pw, self.bn1, self.act1 = tnn.Conv2d(c, e, 1, bias=False), tnn.BatchNorm2d(e), tnn.ReLU6()
+            self.conv_dw = tnn.Conv2d(e, e, 3, padding=1, groups=e, bias=False)
+            self.bn2, self.act2 = tnn.BatchNorm2d(e), tnn.ReLU6()
+            self.conv_pwl, self.bn3 = tnn.Conv2d(e, c, 1, bias=False), tnn.BatchNorm2d(c)
+
+        def forward(self, x):
+            return x + self.bn3(self.conv_pwl(self.act2(self.bn2(self.conv_dw(self.act1(self.bn1(self.conv_pw(x))))))))
+
+    class TorchNet(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv_stem, self.bn1, self.act1 = tnn.Conv2d(3, 8, 3, 2, 1, bias=False), tnn.BatchNorm2d(8), tnn.ReLU6()
+            self.block1, self.block2 = TorchBlock(8, 16), TorchBlock(8, 16)
+            self.conv_head, self.bn2, self.act2 = tnn.Conv2d(8, 16, 1, bias=False), tnn.BatchNorm2d(16), tnn.ReLU6()
+            self.fc = tnn.Linear(16, 5)
+
+        def forward(self, x):
+            x = self.block2(self.block1(self.act1(self.bn1(self.conv_stem(x)))))
+            return self.fc(self.act2(self.bn2(self.conv_head(x))).mean((2, 3)))
+
+    def bn(c):
+        return ms_nn.BatchNorm2d(c, momentum=momentum_ms)
+
+    class MsBlock(ms_nn.Cell):
+        def __init__(self, c, e):
+            super().__init__()
+            self.conv_pw, self.bn1, self.act1 = ms_nn.Conv2d(c, e, 1, has_bias=False), bn(e), ms_nn.ReLU6()
+            self.conv_dw = ms_nn.Conv2d(e, e, 3, pad_mode="pad", padding=1, group=e, has_bias=False)
+            self.bn2, self.act2 = bn(e), ms_nn.ReLU6()
+            self.conv_pwl, self.bn3 = ms_nn.Conv2d(e, c, 1, has_bias=False), bn(c)
+
+        def construct(self, x):
+            return x + self.bn3(self.conv_pwl(self.act2(self.bn2(self.conv_dw(self.act1(self.bn1(self.conv_pw(x))))))))
+
+    class MsNet(ms_nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.conv_stem = ms_nn.Conv2d(3, 8, 3, 2, pad_mode="pad", padding=1, has_bias=False)
+            self.bn1, self.act1 = bn(8), ms_nn.ReLU6()
+            self.block1, self.block2 = MsBlock(8, 16), MsBlock(8, 16)
+            self.conv_head, self.bn2, self.act2 = ms_nn.Conv2d(8, 16, 1, has_bias=False), bn(16), ms_nn.ReLU6()
+            self.fc = ms_nn.Dense(16, 5)
+
+        def construct(self, x):
+            x = self.block2(self.block1(self.act1(self.bn1(self.conv_stem(x)))))
+            return self.fc(self.act2(self.bn2(self.conv_head(x))).mean(axis=(2, 3)))
+
+    torch.manual_seed(0)
+    return TorchNet(), MsNet()
+
+
+@pytest.mark.mindspore
+def test_port_check_of_a_mobilenet_like_net_has_no_update_noise():
+    from msdebug_hooks.compare.port_check import compare_models
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((2, 3, 16, 16)).astype(np.float32), rng.integers(0, 5, 2).astype(np.int64)
+    check = compare_models(*_nets(), x, y, steps=1)
+    assert check.ok and not check.updates, check.format()
+    wrong = compare_models(*_nets(momentum_ms=0.1), x, y, steps=1)   # MindSpore's momentum is 1 - PyTorch's
+    assert any("moving_mean" in u.name for u in wrong.updates), wrong.format()
