@@ -23,11 +23,27 @@ bf16 ~4e-3, fp16 ~5e-4), the finding is ``precision``, naming that layer; the sc
 arithmetic's floor, and a later jump above it is reported as the layer it happens in. A later layer that is the
 first to differ is named as a layer whatever its size: the layers before it computed in full precision.
 
-Gradients are read only when every forward output agrees, in backward order (the reverse of the forward), with a
-higher floor (:data:`GRADIENT_FLOOR`): a weight gradient is a sum over the batch in which large terms cancel, so
-float32 noise of a correct run can reach several 1e-3 of its norm (a ResNet-style net against its float64 run),
-where forward outputs stay near 1e-6. Parameters (recorded at the start of the step) come first: a parameter that
-differs is the root ("the runs start the step from different values of fc2.weight").
+Gradients are read only when every forward output agrees, in backward order (the reverse of the forward), with the
+same rule: a gradient diverges when its error is above :data:`GRADIENT_FLOOR` **and** more than :data:`JUMP` times
+the upstream level, here the largest error of the forward outputs and of the gradients read before it (the error that
+flows back into its layer). Two things differ from forward records, both from the gradient being a sum over the
+batch and the positions of per-position terms (``dy * x`` for a weight, ``dy`` for a bias or a BatchNorm beta):
+
+* its rounding error, and the error it inherits from ``dy``, scale with the size of the *terms*, not of their sum.
+  Where the terms cancel, ``|a - b| / |b|`` blows up although nothing is wrong: a BatchNorm beta right before a 1x1
+  convolution and another BatchNorm has a gradient of exactly zero (that convolution sums the next BatchNorm's
+  zero-mean gradient), so both sides hold pure rounding noise and differ by 100 %. The terms' size is not
+  recorded, but the other parameters of the same layer are sums of the same ``dy`` (gamma's gradient sums
+  ``dy * x_hat`` where beta's sums ``dy``; a weight's sums ``dy * x`` where its bias's sums ``dy``), so a gradient is
+  measured against the larger of its own norm and its **layer's gradient scale** (:func:`scaled_errors`): the
+  root-mean-square element of all the layer's parameter gradients (the reference's), times the square root of its
+  own size. A gradient that is not cancelled is measured as before; a layer of one parameter is unchanged.
+* the floor is higher (float32: 1e-2): even measured so, sums of many terms of both signs leave several 1e-3.
+
+A layer's parameters are the records whose names agree up to the last dot (``layer1.0.bn1.weight`` and
+``layer1.0.bn1.bias``): the naming both frameworks give a layer's parameters, no name of a model or layer type.
+Parameters (recorded at the start of the step) come first: a parameter that differs is the root ("the runs start the
+step from different values of fc2.weight").
 """
 from __future__ import annotations
 
@@ -89,6 +105,8 @@ class Finding:
     floor: float                   # the noise floor it was judged against
     #: set when a reduced-precision effect was seen upstream of a LAYER finding (or is the finding itself)
     precision: Optional["Finding"] = None
+    #: what ``error`` is relative to: the reference's norm, or (a cancelled gradient) its layer's gradient scale
+    measure: str = "|a-b|/|b|"
 
     @property
     def jump(self) -> float:
@@ -117,7 +135,7 @@ class Finding:
         against = (f"upstream agrees to {_size(self.upstream)}" if self.upstream > 0
                    else "everything upstream is identical")
         lead = f"{where} {name}" if where else name
-        text = (f"{lead}: {size} relative (|a-b|/|b|), {against}, noise floor {self.floor:.0e}"
+        text = (f"{lead}: {size} relative ({self.measure}), {against}, noise floor {self.floor:.0e}"
                 + (f": a {self.jump:,.0f}x jump" if math.isfinite(self.jump) and self.jump >= JUMP else ""))
         if self.precision is not None:
             text += f"; upstream of it, {self.precision.entry.name} shows reduced-precision arithmetic"
@@ -180,16 +198,62 @@ def first_divergence(entries: Sequence[Entry], negligible: float = 1e-6) -> Opti
         first = False
     if precision is not None:
         return precision
+    scaled = scaled_errors(entries, GRADIENT, negligible)
     gradient_level = level
     for i, entry in reversed(indexed):
         if entry.kind != GRADIENT:
             continue
         floor = _floor(GRADIENT_FLOOR, entry)
-        if errors[i] > floor and errors[i] > JUMP * level:
-            return Finding(GRADIENT_FINDING, i, entry, errors[i], gradient_level, floor)
-        if math.isfinite(errors[i]):
-            gradient_level = max(gradient_level, errors[i])
+        error = scaled[i]
+        if error > floor and error > JUMP * gradient_level:
+            measure = "|a-b|/|b|" if error == errors[i] else "|a-b| against its layer's gradient scale"
+            return Finding(GRADIENT_FINDING, i, entry, error, gradient_level, floor, measure=measure)
+        if math.isfinite(error):
+            gradient_level = max(gradient_level, error)
     return None
+
+
+def layer_of(name: str) -> str:
+    """The layer a parameter belongs to: its name up to the last dot (a name without a dot is its own layer)."""
+    return name.rsplit(".", 1)[0] if "." in name else name
+
+
+def layer_scale(group: Sequence[tuple[float, int]], count: int) -> float:
+    """The scale a tensor of ``count`` elements is measured against, from its layer's tensors ``(norm, size)``
+    (its own included): the root-mean-square element of them all times ``sqrt(count)``, i.e. the norm it would have
+    if its elements were as large as its layer's (see the module docstring: cancelled sums)."""
+    squares = sum(norm * norm for norm, _ in group if math.isfinite(norm))
+    size = sum(n for norm, n in group if math.isfinite(norm))
+    return math.sqrt(squares / size * count) if size else 0.0
+
+
+def _norms(comparison: TensorComparison) -> Optional[tuple[float, float]]:
+    """``(|a - b|, |b|)`` of a compared pair (None when it was not measured)."""
+    distance, relative = comparison.euclidean_distance, comparison.relative_l2_error
+    if distance is None or relative is None or not comparison.comparable:
+        return None
+    if relative == 0.0 or not math.isfinite(relative):
+        return distance, 0.0
+    return distance, distance / relative
+
+
+def scaled_errors(entries: Sequence[Entry], kind: str = GRADIENT, negligible: float = 1e-6) -> list:
+    """Each entry's error (:func:`error_of`); for entries of ``kind``, ``|a - b|`` against the larger of ``|b|`` and
+    its layer's scale (:func:`layer_scale` over the entries of that kind with the same :func:`layer_of`)."""
+    errors = [error_of(entry, negligible) for entry in entries]
+    groups: dict = {}
+    for entry in entries:
+        norms = _norms(entry.comparison) if entry.kind == kind else None
+        if norms is not None:
+            groups.setdefault(layer_of(entry.name), []).append((norms[1], entry.comparison.count))
+    for i, entry in enumerate(entries):
+        norms = _norms(entry.comparison) if entry.kind == kind else None
+        if norms is None or errors[i] == 0.0 or entry.comparison.nan_inf_mismatch:
+            continue
+        scale = max(norms[1], layer_scale(groups[layer_of(entry.name)], entry.comparison.count))
+        if scale > 0.0:
+            errors[i] = min(errors[i], norms[0] / scale)
+    return errors
 
 
 def noise_level(entries: Sequence[Entry], before: int, negligible: float = 1e-6) -> float:

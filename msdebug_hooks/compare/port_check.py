@@ -29,33 +29,18 @@ import numpy as np
 from msdebug_hooks.compare import attribution
 from msdebug_hooks.compare.layers import LayerComparison, compare_layers
 from msdebug_hooks.compare.layouts import one_layout
-from msdebug_hooks.compare.metrics import compare_arrays
 from msdebug_hooks.compare.port_conventions import check_conventions, dropout_p
 from msdebug_hooks.compare.port_random import find_random_layers, mode_setters
 from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, mindspore_inputs, resolve_loss,
                                             restore_mindspore, restore_torch, run_mindspore, run_torch, torch_inputs)
 from msdebug_hooks.compare.port_tree import layer_errors, record_layer, source_line, tree_lines
+from msdebug_hooks.compare.port_updates import UpdateFinding, compare_updates
 from msdebug_hooks.compare.port_weights import WeightCopy, copy_into, pair_parameters, torch_state
 from msdebug_hooks.compare.weight_origin import weight_origin
 from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.validation import real_number, whole_number
 
 ArrayLike = Union[np.ndarray, Sequence[np.ndarray]]
-
-
-@dataclass(frozen=True)
-class UpdateFinding:
-    """A parameter or buffer whose update in step 1 differs between the two sides."""
-
-    name: str          # MindSpore name
-    torch_name: str
-    error: float       # |da-db|/|db| of the updates (inf: one side did not move)
-    floor: float
-    message: str
-
-    def as_dict(self) -> dict:
-        return {"name": self.name, "torch_name": self.torch_name, "error": _json(self.error), "floor": self.floor,
-                "message": self.message}
 
 
 @dataclass
@@ -178,10 +163,6 @@ def _size(value: float) -> str:
     return "inf" if value == float("inf") else ("0" if value == 0 else f"{value:.1e}")
 
 
-def _json(value: float) -> Any:
-    return value if np.isfinite(value) else str(value)
-
-
 def as_batch(inputs: Union[ArrayLike, Batch], target: Optional[np.ndarray] = None) -> Batch:
     """A :class:`Batch` from an array, a sequence of arrays (positional inputs) or a ``Batch``."""
     if isinstance(inputs, Batch):
@@ -217,49 +198,6 @@ def _run(option: str, runner: Any, model: Any, *args: Any) -> SideRun:
         text = str(exc).strip().splitlines()
         raise ConfigError(option, type(model).__name__, "a model that runs one training step on the batch",
                           detail=f"{type(exc).__name__}: {text[0] if text else ''}"[:300]) from exc
-
-
-def _moves(delta: np.ndarray, before: np.ndarray) -> bool:
-    """Whether an update changes its tensor by more than the float32 spacing of its values (normwise): a gradient
-    that is pure rounding noise (a bias before a BatchNorm, whose gradient is zero in exact arithmetic) does not."""
-    return float(np.linalg.norm(delta)) > np.finfo(np.float32).eps * float(np.linalg.norm(before))
-
-
-def compare_updates(copy: WeightCopy, run_a: SideRun, run_b: SideRun) -> tuple[list, float]:
-    """``(findings, level)``: the parameters and buffers whose step-1 update differs, and the largest error among
-    those that agree. Trained parameters are judged against the gradient floor (the update is ``-lr * grad``),
-    buffers such as running statistics against the forward floor (they are forward results). An update below the
-    float32 spacing of its tensor on both sides is rounding noise and not compared; a parameter trained on one side
-    only (``requires_grad`` differs) is a finding."""
-    findings, level = [], 0.0
-    for ms_name, torch_name in copy.pairs.items():
-        if ms_name not in run_a.before or torch_name not in run_b.before:
-            continue
-        trained_a, trained_b = ms_name in run_a.trainable, torch_name in run_b.trainable
-        delta_a = run_a.after[ms_name].astype(np.float64) - run_a.before[ms_name]
-        delta_b = run_b.after[torch_name].astype(np.float64) - run_b.before[torch_name]
-        delta_a, delta_b, _ = one_layout(delta_a, delta_b)
-        if trained_a != trained_b:
-            findings.append(UpdateFinding(ms_name, torch_name, float("inf"), 0.0,
-                                          f"{ms_name}: trained in {'MindSpore' if trained_a else 'PyTorch'} only "
-                                          f"(trainable: MindSpore {trained_a}, PyTorch {trained_b}; requires_grad "
-                                          f"differs)"))
-            continue
-        if not (_moves(delta_a, run_a.before[ms_name]) or _moves(delta_b, run_b.before[torch_name])):
-            continue
-        table = attribution.GRADIENT_FLOOR if trained_a else attribution.FORWARD_FLOOR
-        floor = table[attribution.coarser_dtype(str(run_a.before[ms_name].dtype),
-                                                str(run_b.before[torch_name].dtype))]
-        error = attribution.error_of(attribution.Entry(ms_name, attribution.FORWARD,
-                                                       compare_arrays(delta_a, delta_b)), negligible=0.0)
-        if error > floor:
-            what = "update (-lr x gradient)" if trained_a else "change in the step (a running statistic)"
-            findings.append(UpdateFinding(ms_name, torch_name, error, floor,
-                                          f"{ms_name}: its {what} differs by {_size(error)} relative from PyTorch's "
-                                          f"{torch_name} (floor {floor:.0e})"))
-        else:
-            level = max(level, error)
-    return findings, level
 
 
 def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLike, Batch],

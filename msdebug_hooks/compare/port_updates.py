@@ -1,0 +1,109 @@
+"""The update each parameter and buffer received in step 1 (``after - before``), compared between the two sides of
+a port check (:func:`.port_check.compare_models`, step 4)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from msdebug_hooks.compare import attribution
+from msdebug_hooks.compare.layouts import one_layout
+from msdebug_hooks.compare.port_run import SideRun
+from msdebug_hooks.compare.port_weights import WeightCopy
+
+
+@dataclass(frozen=True)
+class UpdateFinding:
+    """A parameter or buffer whose update in step 1 differs between the two sides."""
+
+    name: str          # MindSpore name
+    torch_name: str
+    error: float       # |da-db|/|db| of the updates (inf: one side did not move)
+    floor: float
+    message: str
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "torch_name": self.torch_name, "error": _json(self.error), "floor": self.floor,
+                "message": self.message}
+
+
+def _rounding(after: np.ndarray) -> float:
+    """The norm of the rounding a stored ``after`` carries (half the spacing of its dtype per element): an update
+    that small is lost in the tensor's own storage, whatever the gradient was."""
+    dtype = after.dtype if np.issubdtype(after.dtype, np.floating) else np.dtype(np.float32)
+    return 0.5 * float(np.finfo(dtype).eps) * float(np.linalg.norm(after.astype(np.float64)))
+
+
+def compare_updates(copy: WeightCopy, run_a: SideRun, run_b: SideRun) -> tuple[list, float]:
+    """``(findings, level)``: the parameters and buffers whose step-1 update differs, and the largest error among
+    those that agree. A parameter trained on one side only (``requires_grad`` differs) is a finding.
+
+    The noise model (docs/compare-pytorch.md, item 4): the difference of the updates ``|da - db|`` is measured
+    against the update's scale, never against the value the tensor started from: the larger of ``|db|`` and its
+    layer's update scale (:func:`.attribution.layer_scale` over the updates of the layer's tensors of the same kind,
+    trained or buffer). An update that is zero in exact arithmetic (a BatchNorm beta whose gradient cancels, a
+    running mean of zero-mean inputs) is rounding noise on both sides and differs by 100 %, but is tiny against
+    its layer's updates. The rounding each side's stored result carries (half its dtype's spacing) is allowed on
+    top. Trained parameters are judged against the gradient floor (the update is ``-lr * grad``), buffers such as
+    running statistics against the forward floor (they are forward results)."""
+    findings, level = [], 0.0
+    items = []
+    for ms_name, torch_name in copy.pairs.items():
+        if ms_name not in run_a.before or torch_name not in run_b.before:
+            continue
+        trained_a, trained_b = ms_name in run_a.trainable, torch_name in run_b.trainable
+        if trained_a != trained_b:
+            findings.append(UpdateFinding(ms_name, torch_name, float("inf"), 0.0,
+                                          f"{ms_name}: trained in {'MindSpore' if trained_a else 'PyTorch'} only "
+                                          f"(trainable: MindSpore {trained_a}, PyTorch {trained_b}; requires_grad "
+                                          f"differs)"))
+            continue
+        delta_a = run_a.after[ms_name].astype(np.float64) - run_a.before[ms_name]
+        delta_b = run_b.after[torch_name].astype(np.float64) - run_b.before[torch_name]
+        delta_a, delta_b, _ = one_layout(delta_a, delta_b)
+        items.append((ms_name, torch_name, trained_a, delta_a, delta_b))
+    groups: dict = {}
+    for ms_name, _, trained, _, delta_b in items:
+        groups.setdefault((attribution.layer_of(ms_name), trained), []).append(
+            (float(np.linalg.norm(delta_b)), int(delta_b.size)))
+    for ms_name, torch_name, trained, delta_a, delta_b in items:
+        if delta_a.shape != delta_b.shape:
+            findings.append(UpdateFinding(ms_name, torch_name, float("inf"), 0.0,
+                                          f"{ms_name}: its update has shape {list(delta_a.shape)}, PyTorch's "
+                                          f"{torch_name} {list(delta_b.shape)}"))
+            continue
+        finite = np.isfinite(delta_a)
+        if not np.array_equal(finite, np.isfinite(delta_b)):
+            findings.append(UpdateFinding(ms_name, torch_name, float("inf"), 0.0,
+                                          f"{ms_name}: its update is NaN/Inf where PyTorch's {torch_name} is not"))
+            continue
+        delta_a, delta_b = np.where(finite, delta_a, 0.0), np.where(finite, delta_b, 0.0)
+        table = attribution.GRADIENT_FLOOR if trained else attribution.FORWARD_FLOOR
+        floor = table[attribution.coarser_dtype(str(run_a.before[ms_name].dtype),
+                                                str(run_b.before[torch_name].dtype))]
+        difference = float(np.linalg.norm(delta_a - delta_b))
+        scale = max(float(np.linalg.norm(delta_b)),
+                    attribution.layer_scale(groups[(attribution.layer_of(ms_name), trained)], delta_b.size))
+        rounding = _rounding(run_a.after[ms_name]) + _rounding(run_b.after[torch_name])
+        if difference <= rounding:
+            continue
+        error = difference / scale if scale > 0 else float("inf")
+        if difference > floor * scale + rounding:
+            what = "update (-lr x gradient)" if trained else "change in the step (a running statistic)"
+            findings.append(UpdateFinding(ms_name, torch_name, error, floor,
+                                          f"{ms_name}: its {what} differs by {_size(error)} relative from PyTorch's "
+                                          f"{torch_name} (floor {floor:.0e} of its layer's update scale)"))
+        else:
+            level = max(level, min(error, floor))
+    return findings, level
+
+def _size(value: float) -> str:
+    return "inf" if value == float("inf") else ("0" if value == 0 else f"{value:.1e}")
+
+
+def _json(value: float) -> Any:
+    return value if np.isfinite(value) else str(value)
+
+
+__all__ = ["UpdateFinding", "compare_updates"]
