@@ -28,7 +28,6 @@ import numpy as np
 
 from msdebug_hooks.compare import attribution
 from msdebug_hooks.compare.layers import LayerComparison, compare_layers
-from msdebug_hooks.compare.layouts import one_layout
 from msdebug_hooks.compare.port_conventions import check_conventions, dropout_p
 from msdebug_hooks.compare.port_random import find_random_layers, mode_setters
 from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, mindspore_inputs, resolve_loss,
