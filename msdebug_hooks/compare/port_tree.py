@@ -202,7 +202,7 @@ def tree_lines(cell: Any, errors: Mapping[str, Mapping[str, float]], marked: Opt
         if not (full or name.count(".") == 0 or parent in path or name in path):
             continue
         other = torch_name(name) if torch_name is not None else name
-        label = name.rpartition(".")[2] + (f" (PyTorch {other})" if other != name else "")
+        label = name.rpartition(".")[2] + (f" (PyTorch {other})" if other is not None and other != name else "")
         slot = totals.get(name, {})
         sizes = "  ".join(f"{column} {_size(slot[column])}" for column in ("out", "param") if column in slot)
         mark = "  <<< first divergence" if name == marked else ""

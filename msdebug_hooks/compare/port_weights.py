@@ -25,7 +25,7 @@ import numpy as np
 from msdebug_hooks.compare.layouts import pytorch_style_name, transform_between
 from msdebug_hooks.compare.module_pairing import (mindspore_holders, module_map, pair_by_structure, shape_fit,
                                                   torch_holders)
-from msdebug_hooks.compare.name_rules import NameMapping, NameRule, suggest_rules
+from msdebug_hooks.compare.name_rules import NameMapping, suggest_rules
 from msdebug_hooks.compare.naming import PYTORCH_ONLY_SUFFIXES
 from msdebug_hooks.compare.state_conversion import _overrides, _rule_names, as_array
 from msdebug_hooks.errors import ConfigError
@@ -52,25 +52,30 @@ class WeightCopy:
 
     def layer_mapping(self) -> Optional[NameMapping]:
         """MindSpore record name -> PyTorch record name where the two differ (None when every name agrees): exact
-        pairs for the layers and parameters, a rule per renamed container for what lies below it (``relu#1``)."""
+        pairs for the layers and parameters. No rule maps what lies below a renamed container by name: containers
+        that nest their layers differently would pair unlike layers, so parameter-free layers there pair by order
+        and role in the comparison."""
         pairs = {ms: torch for ms, torch in {**self.modules, **self.pairs}.items()
                  if pytorch_style_name(ms) != torch}
         if not pairs:
             return None
-        rules = [NameRule(f"{ms}.*", f"{torch}.*") for ms, torch in
-                 sorted(self.modules.items(), key=lambda item: -item[0].count(".")) if ms != torch and ms]
-        return NameMapping(pairs, rules)
+        return NameMapping(pairs, [])
 
-    def torch_name(self, ms_layer: str) -> str:
+    def torch_name(self, ms_layer: str) -> Optional[str]:
         """The PyTorch module name of MindSpore layer ``ms_layer``: its own entry of the module map, else its
         nearest mapped container's with the rest of the name kept (a parameter-free ``softmax`` under a renamed
-        ``self_attn``), else the same name."""
+        ``self_attn``), else the same name. None where that guess lands on a module the map gives to another
+        MindSpore layer: the two containers nest their layers differently (a flat ``layers.2`` against
+        ``conv.0.2``), and the parameter-free layer is paired by its role in the comparison instead."""
         parts = ms_layer.split(".")
         for cut in range(len(parts), 0, -1):
             head = ".".join(parts[:cut])
             if head in self.modules:
-                return ".".join([self.modules[head]] + parts[cut:])
-        return ms_layer
+                guess = ".".join([self.modules[head]] + parts[cut:])
+                if cut < len(parts) and guess in self.modules.values():
+                    return None
+                return guess
+        return ms_layer if ms_layer not in self.modules.values() else None
 
     def summary(self) -> str:
         counts = {how: sum(1 for h in self.how.values() if h == how) for how in (BY_MAPPING, BY_NAME, BY_STRUCTURE)}
