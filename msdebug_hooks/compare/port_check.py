@@ -71,8 +71,10 @@ class PortCheck:
     def ok(self) -> bool:
         """Nothing differs beyond the noise, no record with parameters lacks a partner, no setting differs.
         Parameter-free layers without a partner are a note (``layers.unpaired_free``), not a difference: the exit
-        code, :meth:`headline`, :meth:`format`, :meth:`to_dict` and the HTML banner all read this."""
-        return self.layers.ok and not self.updates and not self.conventions
+        code, :meth:`headline`, :meth:`format`, :meth:`to_dict` and the HTML banner all read this. A tensor of the
+        reference that no parameter of the port took (a bias the port's layer lacks) is a difference too: the
+        reference trains or keeps something the port does not have."""
+        return self.layers.ok and not self.updates and not self.conventions and not self.copy.unpaired_torch
 
     def headline(self) -> str:
         """One line: where the port parts from its reference, or that it does not."""
@@ -83,6 +85,9 @@ class PortCheck:
             return f"first divergence: {self.marked} (update): {self.updates[0].message}"
         if self.layers.unmatched_a or self.layers.unmatched_b:
             return "no matched record diverges, but some have no partner (listed above): the structures differ"
+        if self.copy.unpaired_torch:
+            return (f"the port lacks {len(self.copy.unpaired_torch)} tensor(s) of its reference (listed above): a "
+                    f"parameter or statistic its layers do not have")
         if self.conventions:
             return (f"the step agrees, but {len(self.conventions)} setting(s) differ (listed above): they show in "
                     f"other modes or data (eval, other batches)")
@@ -123,6 +128,7 @@ class PortCheck:
             lines.append(f"  {len(self.updates)} parameter update(s) differ too, downstream of it")
         else:
             lines += [f"  UPDATE: {finding.message}" for finding in self.updates[1:]]
+        lines += [f"  MISSING: PyTorch's {name} has no partner in the port" for name in self.copy.unpaired_torch[:12]]
         lines.append("verdict: " + ("clean" if self.ok else "the port differs from its reference"))
         return "\n".join(lines)
 
@@ -131,6 +137,7 @@ class PortCheck:
                 "batch": self.batch, "loss": self.loss, "lr": self.lr, "headline": self.headline(),
                 "marked": self.marked, "marked_kind": self.marked_kind, "origin": self.origin,
                 "weights": {"pairs": self.copy.pairs, "how": self.copy.how, "modules": self.copy.modules,
+                            "unpaired_torch": self.copy.unpaired_torch,
                             "suggested_rules": self.copy.rules, "copied": self.copy.copied},
                 "conventions": [finding.as_dict() for finding in self.conventions],
                 "updates": [finding.as_dict() for finding in self.updates], "update_level": self.update_level,

@@ -257,6 +257,17 @@ def test_random_layers_found_by_running_them_run_in_eval_mode_in_pairs(clean_res
 
 
 @pytest.mark.mindspore
+def test_a_reference_tensor_the_port_lacks_is_a_difference(clean_results):
+    """A Dense without the bias PyTorch's Linear has: every paired value may agree, the port still differs."""
+    out, results = clean_results
+    result = results["head_without_bias"]
+    _says_the_same(out, "head_without_bias", result)
+    assert not result["ok"] and result["report"]["weights"]["unpaired_torch"] == ["fc.bias"]
+    assert "the port lacks 1 tensor(s) of its reference" in result["headline"] or result["report"]["marked"] == "fc"
+    assert "MISSING: PyTorch's fc.bias has no partner in the port" in (out / "head_without_bias.txt").read_text()
+
+
+@pytest.mark.mindspore
 def test_what_each_case_shows(clean_results):
     _, results = clean_results
     layers = {name: result["report"]["layers"] for name, result in results.items()}

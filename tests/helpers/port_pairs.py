@@ -266,3 +266,25 @@ class MsResidual(mnn.Cell):
 
     def construct(self, x):
         return self.fc2(self.drop(x + self.drop_path(self.relu(self.fc1(x)))))
+
+
+# --- a head whose port dropped the bias (has_bias=False where PyTorch's Linear has one) ----------------------------
+class TorchHead(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = tnn.Linear(6, 6)
+        self.fc = tnn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.fc1(x)))
+
+
+class MsHead(mnn.Cell):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = mnn.Dense(6, 6)
+        self.relu = mnn.ReLU()
+        self.fc = mnn.Dense(6, 3, has_bias=False)
+
+    def construct(self, x):
+        return self.fc(self.relu(self.fc1(x)))

@@ -16,8 +16,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "helpers"))
 
-from port_pairs import (MsDense, MsMlp, MsNet, MsPoolHead, MsResidual, TorchDense, TorchMlp, TorchNet,  # noqa: E402
-                        TorchPoolHead, TorchResidual)
+from port_pairs import (MsDense, MsHead, MsMlp, MsNet, MsPoolHead, MsResidual, TorchDense, TorchHead,  # noqa: E402
+                        TorchMlp, TorchNet, TorchPoolHead, TorchResidual)
 
 from msdebug_hooks.compare.port_check import compare_models  # noqa: E402
 
@@ -40,6 +40,7 @@ CASES = {
     "pool_wrong": (TorchPoolHead, lambda: MsPoolHead(wrong_pool=True), IMAGES),
     "drop_path": (TorchResidual, lambda: MsResidual(), VECTORS),
     "drop_path_dropout_on": (TorchResidual, lambda: MsResidual(dropout_on=True), VECTORS),
+    "head_without_bias": (TorchHead, lambda: MsHead(), VECTORS),
 }
 
 results = {}
