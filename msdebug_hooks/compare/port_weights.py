@@ -136,7 +136,8 @@ def pair_parameters(state: Mapping[str, np.ndarray], cell: Any, mapping: Optiona
     if missing:
         raise ConfigError("torch_module", f"a state dict of {len(state)} tensors", "a PyTorch model holding a "
                           "partner for every MindSpore parameter (by name, the layout table or the module structure)",
-                          detail=f"left unpaired: MindSpore {_few(missing)}; PyTorch {_few(copy.unpaired_torch)}; "
+                          detail=f"left unpaired: MindSpore {_few(missing, shapes)}; PyTorch "
+                                 f"{_few(copy.unpaired_torch, {n: tuple(state[n].shape) for n in state})}; "
                                  f"pass a mapping (PyTorch name -> MindSpore name, rules such as 'blocks.* -> "
                                  f"layers.*') where the models really are the same")
     for ms_name, torch_name in copy.pairs.items():
@@ -149,11 +150,14 @@ def pair_parameters(state: Mapping[str, np.ndarray], cell: Any, mapping: Optiona
     return copy
 
 
-def _few(names: list, shown: int = 4) -> str:
-    """``3 (a, b, c)``: a count and the first names."""
+def _few(names: list, shapes: Mapping[str, tuple], shown: int = 4) -> str:
+    """``3 (a [8, 3], b [8], c [8])``: a count and the first names with their shapes, so that a width that differs
+    between the two models (mindcv's RegNet rounds a stage to 384 channels where torchvision's has 400) shows in
+    the line itself."""
     if not names:
         return "0"
-    return f"{len(names)} ({', '.join(names[:shown])}{', ...' if len(names) > shown else ''})"
+    listed = ", ".join(f"{name} [{', '.join(str(d) for d in shapes[name])}]" for name in names[:shown])
+    return f"{len(names)} ({listed}{', ...' if len(names) > shown else ''})"
 
 
 def copy_into(cell: Any, state: Mapping[str, np.ndarray], copy: WeightCopy) -> None:

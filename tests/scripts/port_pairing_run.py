@@ -131,11 +131,41 @@ def planted_cases() -> dict:
     return {"layer_scale": scale, **errors}
 
 
+def regnet_cases() -> dict:
+    """mindcv's ``regnet_x_400mf`` against torchvision's: a real difference of architecture (mindcv rounds the last
+    stage to 384 channels, torchvision to 400), refused with the shapes in the line; then against torchvision's
+    RegNet built with mindcv's stage widths and depths, which must pair every tensor and give the same logits
+    (mindcv's stages sit in a CellList whose parameter names do not follow the cell path)."""
+    timm, torchvision = import_torch_zoos()
+    from torchvision.models.regnet import BlockParams, RegNet
+
+    cell = create_model("regnet_x_400mf", pretrained=False, num_classes=10)
+    try:
+        pair_parameters(torch_state(torchvision.models.regnet_x_400mf(num_classes=10)), cell,
+                        torch_module=torchvision.models.regnet_x_400mf(num_classes=10))
+        refused = {"error": None}
+    except ConfigError as exc:
+        refused = {"error": str(exc)}
+    torch.manual_seed(0)
+    module = RegNet(BlockParams(depths=[1, 2, 7, 12], widths=[32, 64, 160, 384], group_widths=[16] * 4,
+                                bottleneck_multipliers=[1.0] * 4, strides=[2] * 4), num_classes=10)
+    randomize_statistics(module)
+    state = torch_state(module)
+    copy = pair_parameters(state, cell, torch_module=module)
+    copy_into(cell, state, copy)
+    paths = {param.name: path for path, param in cell.parameters_and_names()}
+    same = {"pairs": copy.pairs, "paths": paths, "modules": copy.modules, "summary": copy.summary(),
+            "unpaired_torch": copy.unpaired_torch, "parameters": len(paths),
+            "logits_error": logits_error(cell, module, 64)}
+    return {"regnet_x_400mf_torchvision": refused, "regnet_x_400mf_same_widths": same}
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     ms.set_context(mode=ms.PYNATIVE_MODE)
     results = {name: zoo_case(name) for name in ZOO}
     results.update(planted_cases())
+    results.update(regnet_cases())
     (out / "results.json").write_text(json.dumps(results, indent=1))
 
 
