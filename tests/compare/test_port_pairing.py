@@ -257,6 +257,7 @@ def test_port_check_exits_2_with_one_line_naming_the_leftovers(tmp_path):
 @pytest.mark.mindspore
 def test_regnet_x_400mf_is_refused_for_its_widths_and_pairs_where_the_widths_agree(zoo):
     # mindcv rounds the last stage to 384 channels, torchvision to 400: a real difference, named with its shapes
+    # (186 includes the BatchNorm running statistics: non-trainable, but weights of a table layer, never constants)
     refused = zoo["regnet_x_400mf_torchvision"]["error"]
     assert "MindSpore 186 (0.blocks.3.blocks.0.proj.weight [384, 160, 1, 1]," in refused, refused
     assert "PyTorch 186 (trunk_output.block4.block4-0.proj.0.weight [400, 160, 1, 1]," in refused, refused
@@ -268,3 +269,22 @@ def test_regnet_x_400mf_is_refused_for_its_widths_and_pairs_where_the_widths_agr
     assert same["pairs"]["0.blocks.3.blocks.11.f.c_bn.gamma"] == "trunk_output.block4.block4-11.f.c.1.weight"
     assert same["modules"]["stages.3.blocks.0.proj"] == "trunk_output.block4.block4-0.proj.0"
     assert same["logits_error"] < 1e-5, same["logits_error"]
+
+
+@pytest.mark.mindspore
+def test_constants_the_model_builds_are_set_aside_and_said(zoo):
+    case = zoo["constants"]  # an integer index (set aside first) and a float mask PyTorch keeps unsaved
+    assert case["constants"] == ["index", "mask"] and len(case["pairs"]) == 8, case["summary"]
+    assert "2 non-trainable MindSpore parameters are constants the model builds itself" in case["summary"]
+    assert case["pairs"]["norm.moving_variance"] == "bn.running_var"  # non-trainable, but it has a partner
+    assert case["logits_error"] < 1e-6, case["logits_error"]
+
+
+@pytest.mark.mindspore
+def test_swin_sets_its_constants_aside_and_names_the_fused_qkv(zoo):
+    error = zoo["swin_tiny"]["error"]
+    assert error and "\n" not in error
+    assert "relative_bias.index" not in error and "attn_mask" not in error, error  # constants, not left over
+    assert "MindSpore 72 (0.blocks.0.attn.q.weight [96, 96]," in error and "PyTorch 24 (" in error, error
+    assert ("layers.0.blocks.0.attn.qkv.weight [288, 96] holds the rows of 3 MindSpore tensors of [96, 96] "
+            "(0.blocks.0.attn.q.weight, 0.blocks.0.attn.k.weight, 0.blocks.0.attn.v.weight) stacked") in error
