@@ -14,6 +14,14 @@ The pairs give the **module map** too (MindSpore cell -> PyTorch module, contain
 -> ``blocks.0.attn``), which the layer comparison uses as its mapping, and the rules a mapping file would need (said
 in the report). BatchNorm running statistics are parameters in MindSpore (``moving_mean``/``moving_variance``) and
 buffers in PyTorch: they are copied like the weights; PyTorch's ``num_batches_tracked`` has no MindSpore peer.
+
+**Constants** the model builds itself are no weights: a non-trainable MindSpore parameter that no layer of the
+layout table owns (BatchNorm's running statistics are weights) and that holds integers or booleans (an index), or
+that no left-over PyTorch tensor fits once everything else paired (a Swin attention mask that PyTorch computes into
+an unsaved buffer), is not copied but kept and listed in the summary. The
+structure pairing runs again without them, since a constant held in a module changes that module's signature. A
+left-over PyTorch tensor holding the rows of several left-over MindSpore tensors (one fused ``qkv`` against ``q``,
+``k``, ``v``) is named in the error line; the pairing does not split it.
 """
 from __future__ import annotations
 
@@ -43,6 +51,7 @@ class WeightCopy:
     reshaped: list = field(default_factory=list)       # ms names whose layout the table transformed
     unit_axes: list = field(default_factory=list)      # ms names paired through size-1 axes (shape algebra)
     unpaired_torch: list = field(default_factory=list)  # PyTorch tensors no MindSpore parameter took
+    constants: list = field(default_factory=list)       # non-trainable ms parameters the model builds itself
     rules: list = field(default_factory=list)          # suggested mapping rules (for the structure pairs)
     copied: bool = True                                # False: the cell kept its own weights (checked, not copied)
 
@@ -90,6 +99,10 @@ class WeightCopy:
             shown = ", ".join(f"{name} from {self.pairs[name]}" for name in self.unit_axes[:3])
             text += (f"; {len(self.unit_axes)} paired by shape algebra, equal once size-1 axes are dropped (no "
                      f"layout of the table; reshaped): {shown}{', ...' if len(self.unit_axes) > 3 else ''}")
+        if self.constants:
+            text += (f"; {len(self.constants)} non-trainable MindSpore parameters are constants the model builds "
+                     f"itself (integer, or with no PyTorch tensor left for them), not copied "
+                     f"({_listed(self.constants)})")
         if self.unpaired_torch:
             text += (f"; {len(self.unpaired_torch)} PyTorch tensors have no MindSpore peer "
                      f"({_listed(self.unpaired_torch)})")
@@ -113,6 +126,7 @@ def pair_parameters(state: Mapping[str, np.ndarray], cell: Any, mapping: Optiona
     (:mod:`.module_pairing`; ``torch_module``, when given, tells which PyTorch tensors one table layer owns).
     ``ConfigError``, one line naming what is left unpaired on each side, when a parameter finds no partner."""
     params = list(cell.parameters_and_names())
+    paths = {param.name: path for path, param in params}
     shapes = {param.name: tuple(param.shape) for _, param in params}
     by_rule = _rule_names(cell)
     overrides = _overrides(state, mapping)
@@ -130,18 +144,29 @@ def pair_parameters(state: Mapping[str, np.ndarray], cell: Any, mapping: Optiona
             continue
         copy.pairs[name], copy.how[name] = found
         taken.add(found[0])
-    if left:
-        free = [name for name in state if name not in taken]
-        found = pair_by_structure(mindspore_holders(cell, left), torch_holders(state, free, torch_module))
-        for ms_name, torch_name, _ in found:
-            copy.pairs[ms_name], copy.how[ms_name] = torch_name, BY_STRUCTURE
-    missing = [name for name in left if name not in copy.pairs]
+    fixed = {param.name for _, param in params if not param.requires_grad and param.name not in by_rule}
+    copy.constants = [name for name in left if name in fixed and _integer(cell, name)]
+    left = [name for name in left if name not in copy.constants]
+    free = [name for name in state if name not in taken]
+    found = _by_structure(cell, left, state, free, torch_module)
+    unfit = [name for name in left if name not in found and name in fixed]
+    if unfit:  # paired again without them: a constant held in a module changes that module's signature
+        again = _by_structure(cell, [name for name in left if name not in unfit], state, free, torch_module)
+        found = again if len(again) >= len(found) else found
+        rest = [state[name].shape for name in free if name not in found.values()]
+        copy.constants += [name for name in left if name in fixed and name not in found
+                           and not any(_fits(shapes[name], shape) for shape in rest)]
+    for ms_name, torch_name in found.items():
+        copy.pairs[ms_name], copy.how[ms_name] = torch_name, BY_STRUCTURE
+    missing = [name for name in left if name not in copy.pairs and name not in copy.constants]
     paired = set(copy.pairs.values())
     copy.unpaired_torch = [name for name in state if name not in paired]
     if missing:
         raise ConfigError("torch_module", f"a state dict of {len(state)} tensors", "a PyTorch model holding a "
                           "partner for every MindSpore parameter (by name, the layout table or the module structure)",
-                          detail=f"left unpaired: MindSpore {_few(missing)}; PyTorch {_few(copy.unpaired_torch)}; "
+                          detail=f"left unpaired: MindSpore {_few(missing, shapes)}; PyTorch "
+                                 f"{_few(copy.unpaired_torch, {n: tuple(state[n].shape) for n in state})}; "
+                                 f"{_fused(missing, shapes, paths, copy.unpaired_torch, state)}"
                                  f"pass a mapping (PyTorch name -> MindSpore name, rules such as 'blocks.* -> "
                                  f"layers.*') where the models really are the same")
     for ms_name, torch_name in copy.pairs.items():
@@ -154,11 +179,46 @@ def pair_parameters(state: Mapping[str, np.ndarray], cell: Any, mapping: Optiona
     return copy
 
 
-def _few(names: list, shown: int = 4) -> str:
-    """``3 (a, b, c)``: a count and the first names."""
+def _by_structure(cell: Any, left: list, state: Mapping[str, np.ndarray], free: list, torch_module: Any) -> dict:
+    """MindSpore name -> PyTorch name for ``left`` among the PyTorch tensors ``free``, by module structure."""
+    if not left:
+        return {}
+    found = pair_by_structure(mindspore_holders(cell, left), torch_holders(state, free, torch_module))
+    return {ms_name: torch_name for ms_name, torch_name, _ in found}
+
+
+def _integer(cell: Any, name: str) -> bool:
+    """Whether parameter ``name`` of ``cell`` holds integers or booleans (an index or a mask, never a weight)."""
+    param = next(param for param in cell.get_parameters() if param.name == name)
+    return param.asnumpy().dtype.kind in "iub"
+
+
+def _fused(missing: list, shapes: Mapping[str, tuple], paths: Mapping[str, str], torch_left: list,
+           state: Mapping[str, np.ndarray]) -> str:
+    """A hint for a fused layout the pairing does not split: a left-over PyTorch tensor whose first axis is the sum
+    of those of two or more left-over MindSpore tensors of one shape, one leaf name and one parent cell (q, k, v
+    against one qkv), the other axes equal. Empty when there is none."""
+    groups: dict = {}
+    for name in missing:
+        holder, _, leaf = paths[name].rpartition(".")
+        groups.setdefault((holder.rpartition(".")[0], leaf, shapes[name]), []).append(name)
+    for torch_name in torch_left:
+        shape = tuple(state[torch_name].shape)
+        for (_, _, part), names in groups.items():
+            if len(names) >= 2 and part and shape[1:] == part[1:] and shape[0] == part[0] * len(names):
+                return (f"{torch_name} {list(shape)} holds the rows of {len(names)} MindSpore tensors of "
+                        f"{list(part)} ({', '.join(names[:4])}) stacked: a fused layout the pairing does not split; ")
+    return ""
+
+
+def _few(names: list, shapes: Mapping[str, tuple], shown: int = 4) -> str:
+    """``3 (a [8, 3], b [8], c [8])``: a count and the first names with their shapes, so that a width that differs
+    between the two models (mindcv's RegNet rounds a stage to 384 channels where torchvision's has 400) shows in
+    the line itself."""
     if not names:
         return "0"
-    return f"{len(names)} ({', '.join(names[:shown])}{', ...' if len(names) > shown else ''})"
+    listed = ", ".join(f"{name} [{', '.join(str(d) for d in shapes[name])}]" for name in names[:shown])
+    return f"{len(names)} ({listed}{', ...' if len(names) > shown else ''})"
 
 
 def copy_into(cell: Any, state: Mapping[str, np.ndarray], copy: WeightCopy) -> None:
@@ -168,7 +228,11 @@ def copy_into(cell: Any, state: Mapping[str, np.ndarray], copy: WeightCopy) -> N
     from msdebug_hooks.compare.naming import convert_torch_state
 
     mapping = {torch: ms_name for ms_name, torch in copy.pairs.items()}
-    converted = convert_torch_state(dict(state), cell, mapping, unit_axes=bool(copy.unit_axes))
+    state = dict(state)
+    own = {param.name: param for param in cell.get_parameters() if param.name in copy.constants}
+    for name, param in own.items():  # a constant keeps the value the cell built
+        state[f"<constant {name}>"], mapping[f"<constant {name}>"] = param.asnumpy(), name
+    converted = convert_torch_state(state, cell, mapping, unit_axes=bool(copy.unit_axes))
     not_loaded = ms.load_param_into_net(cell, converted, strict_load=True)
     not_loaded = not_loaded[0] if isinstance(not_loaded, tuple) else not_loaded
     if not_loaded:

@@ -203,8 +203,9 @@ def test_layer_scale_against_unit_axes_is_copied_reshaped(zoo):
 @pytest.mark.mindspore
 def test_a_missing_or_different_layer_is_named_on_both_sides(zoo):
     missing, different = zoo["missing_layer"]["error"], zoo["different_layer"]["error"]
-    assert "left unpaired: MindSpore 2 (extra.weight, extra.bias); PyTorch 0;" in missing
-    assert "left unpaired: MindSpore 1 (extra.weight); PyTorch 1 (other.weight);" in different
+    assert "left unpaired: MindSpore 2 (extra.weight [4, 4, 1, 1], extra.bias [4]); PyTorch 0;" in missing
+    assert ("left unpaired: MindSpore 1 (extra.weight [4, 4, 1, 1]); PyTorch 1 (other.weight [4, 4, 3, 3]);"
+            in different)
     assert "\n" not in missing + different
 
 
@@ -248,6 +249,42 @@ def test_port_check_exits_2_with_one_line_naming_the_leftovers(tmp_path):
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    expected = ("left unpaired: MindSpore 4 (extra.weight, extra.bias, head.weight, head.bias); "
-                "PyTorch 2 (fc.weight, fc.bias)")
+    expected = ("left unpaired: MindSpore 4 (extra.weight [4, 4, 1, 1], extra.bias [4], head.weight [3, 4], "
+                "head.bias [3]); PyTorch 2 (fc.weight [2, 4], fc.bias [2])")
     assert expected in lines[0], lines[0]
+
+
+@pytest.mark.mindspore
+def test_regnet_x_400mf_is_refused_for_its_widths_and_pairs_where_the_widths_agree(zoo):
+    # mindcv rounds the last stage to 384 channels, torchvision to 400: a real difference, named with its shapes
+    # (186 includes the BatchNorm running statistics: non-trainable, but weights of a table layer, never constants)
+    refused = zoo["regnet_x_400mf_torchvision"]["error"]
+    assert "MindSpore 186 (0.blocks.3.blocks.0.proj.weight [384, 160, 1, 1]," in refused, refused
+    assert "PyTorch 186 (trunk_output.block4.block4-0.proj.0.weight [400, 160, 1, 1]," in refused, refused
+    same = zoo["regnet_x_400mf_same_widths"]  # torchvision's RegNet given mindcv's widths: everything pairs
+    assert len(same["pairs"]) == same["parameters"] == 357 and not same["unpaired_torch"], same["summary"]
+    # the parameter names do not follow the cell path (a CellList); the pairs and the module map follow the cells
+    assert same["paths"]["0.blocks.3.blocks.0.proj.weight"] == "stages.3.blocks.0.proj.weight"
+    assert same["pairs"]["0.blocks.3.blocks.0.proj.weight"] == "trunk_output.block4.block4-0.proj.0.weight"
+    assert same["pairs"]["0.blocks.3.blocks.11.f.c_bn.gamma"] == "trunk_output.block4.block4-11.f.c.1.weight"
+    assert same["modules"]["stages.3.blocks.0.proj"] == "trunk_output.block4.block4-0.proj.0"
+    assert same["logits_error"] < 1e-5, same["logits_error"]
+
+
+@pytest.mark.mindspore
+def test_constants_the_model_builds_are_set_aside_and_said(zoo):
+    case = zoo["constants"]  # an integer index (set aside first) and a float mask PyTorch keeps unsaved
+    assert case["constants"] == ["index", "mask"] and len(case["pairs"]) == 8, case["summary"]
+    assert "2 non-trainable MindSpore parameters are constants the model builds itself" in case["summary"]
+    assert case["pairs"]["norm.moving_variance"] == "bn.running_var"  # non-trainable, but it has a partner
+    assert case["logits_error"] < 1e-6, case["logits_error"]
+
+
+@pytest.mark.mindspore
+def test_swin_sets_its_constants_aside_and_names_the_fused_qkv(zoo):
+    error = zoo["swin_tiny"]["error"]
+    assert error and "\n" not in error
+    assert "relative_bias.index" not in error and "attn_mask" not in error, error  # constants, not left over
+    assert "MindSpore 72 (0.blocks.0.attn.q.weight [96, 96]," in error and "PyTorch 24 (" in error, error
+    assert ("layers.0.blocks.0.attn.qkv.weight [288, 96] holds the rows of 3 MindSpore tensors of [96, 96] "
+            "(0.blocks.0.attn.q.weight, 0.blocks.0.attn.k.weight, 0.blocks.0.attn.v.weight) stacked") in error

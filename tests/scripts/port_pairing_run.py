@@ -107,6 +107,61 @@ class ScaleModule(tnn.Module):
         return self.fc((self.other(x) if self.other is not None else x).mean(dim=(2, 3)))
 
 
+class MaskedCell(mnn.Cell):
+    """Constants the model builds itself held as non-trainable Parameters: a float mask and an integer index."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = mnn.Conv2d(3, 4, 3, pad_mode="pad", padding=1, has_bias=True)
+        self.mask = ms.Parameter(ms.Tensor(np.array([1, 0, 1, 1], np.float32)), name="mask", requires_grad=False)
+        self.index = ms.Parameter(ms.Tensor(np.array([3, 2, 1, 0], np.int32)), name="index", requires_grad=False)
+        self.norm = mnn.BatchNorm2d(4)
+        self.head = mnn.Dense(4, 5)
+
+    def construct(self, x):
+        x = self.norm(self.conv(x)).mean(axis=(2, 3)) * self.mask
+        return self.head(x[:, self.index])
+
+
+class MaskedModule(tnn.Module):
+    """The reference: the same constants as buffers that are not saved (not in the state dict)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = tnn.Conv2d(3, 4, 3, padding=1)
+        self.register_buffer("mask", torch.tensor([1.0, 0.0, 1.0, 1.0]), persistent=False)
+        self.register_buffer("index", torch.tensor([3, 2, 1, 0]), persistent=False)
+        self.bn = tnn.BatchNorm2d(4)
+        self.fc = tnn.Linear(4, 5)
+
+    def forward(self, x):
+        return self.fc((self.bn(self.conv(x)).mean(dim=(2, 3)) * self.mask)[:, self.index])
+
+
+def constants_case() -> dict:
+    torch.manual_seed(0)
+    module = MaskedModule()
+    randomize_statistics(module)
+    cell = MaskedCell()
+    state = torch_state(module)
+    copy = pair_parameters(state, cell, torch_module=module)
+    copy_into(cell, state, copy)
+    return {"pairs": copy.pairs, "constants": copy.constants, "summary": copy.summary(),
+            "logits_error": logits_error(cell, module, 6)}
+
+
+def swin_case() -> dict:
+    """mindcv's swin_tiny against timm's: constants set aside, then the fused qkv named in the error."""
+    timm, _ = import_torch_zoos()
+    module = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, num_classes=10)
+    try:
+        pair_parameters(torch_state(module), create_model("swin_tiny", pretrained=False, num_classes=10),
+                        torch_module=module)
+        return {"error": None}
+    except ConfigError as exc:
+        return {"error": str(exc)}
+
+
 def planted_cases() -> dict:
     torch.manual_seed(0)
     module = ScaleModule()
@@ -131,11 +186,42 @@ def planted_cases() -> dict:
     return {"layer_scale": scale, **errors}
 
 
+def regnet_cases() -> dict:
+    """mindcv's ``regnet_x_400mf`` against torchvision's: a real difference of architecture (mindcv rounds the last
+    stage to 384 channels, torchvision to 400), refused with the shapes in the line; then against torchvision's
+    RegNet built with mindcv's stage widths and depths, which must pair every tensor and give the same logits
+    (mindcv's stages sit in a CellList whose parameter names do not follow the cell path)."""
+    timm, torchvision = import_torch_zoos()
+    from torchvision.models.regnet import BlockParams, RegNet
+
+    cell = create_model("regnet_x_400mf", pretrained=False, num_classes=10)
+    try:
+        pair_parameters(torch_state(torchvision.models.regnet_x_400mf(num_classes=10)), cell,
+                        torch_module=torchvision.models.regnet_x_400mf(num_classes=10))
+        refused = {"error": None}
+    except ConfigError as exc:
+        refused = {"error": str(exc)}
+    torch.manual_seed(0)
+    module = RegNet(BlockParams(depths=[1, 2, 7, 12], widths=[32, 64, 160, 384], group_widths=[16] * 4,
+                                bottleneck_multipliers=[1.0] * 4, strides=[2] * 4), num_classes=10)
+    randomize_statistics(module)
+    state = torch_state(module)
+    copy = pair_parameters(state, cell, torch_module=module)
+    copy_into(cell, state, copy)
+    paths = {param.name: path for path, param in cell.parameters_and_names()}
+    same = {"pairs": copy.pairs, "paths": paths, "modules": copy.modules, "summary": copy.summary(),
+            "unpaired_torch": copy.unpaired_torch, "parameters": len(paths),
+            "logits_error": logits_error(cell, module, 64)}
+    return {"regnet_x_400mf_torchvision": refused, "regnet_x_400mf_same_widths": same}
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     ms.set_context(mode=ms.PYNATIVE_MODE)
     results = {name: zoo_case(name) for name in ZOO}
     results.update(planted_cases())
+    results.update(regnet_cases())
+    results.update(constants=constants_case(), swin_tiny=swin_case())
     (out / "results.json").write_text(json.dumps(results, indent=1))
 
 
