@@ -326,14 +326,28 @@ def compare_layers(capture_a: Any, capture_b: Any, *, step_a: Optional[int] = No
         report.pairs.append(LayerPair(a, b, how, _compare_pair(cap_a, a, cap_b, b, tolerance),
                                       layer_type(a, cap_a.layer_types) or "", layer_type(b, cap_b.layer_types) or ""))
     finding = report.finding if (replay or replay_a is not None or replay_b is not None or free) else None
-    if finding is not None and finding.kind in (attribution.LAYER, attribution.PRECISION) and (
-            replay or replay_a is not None or replay_b is not None):
+    replayed = _replayed_pair(report, finding) if (replay or replay_a is not None or replay_b is not None) else None
+    if replayed is not None:
         from msdebug_hooks.compare.layer_replay import replay_verdict
-        report.replay = replay_verdict(report.pairs[finding.index], cap_a, cap_b, sa, sb, model_a=replay_a,
-                                       model_b=replay_b)
+        report.replay = replay_verdict(replayed, cap_a, cap_b, sa, sb, model_a=replay_a, model_b=replay_b)
     if finding is not None and finding.kind == attribution.LAYER and free:
         report.suspects = find_suspects(report, finding.index, (cap_a, sa), (cap_b, sb))
     return report
+
+
+def _replayed_pair(report: LayerComparison, finding: Optional[attribution.Finding]) -> Optional[LayerPair]:
+    """The forward pair the replay runs for ``finding``: its own for a layer or precision finding; for a parameter
+    that differs at the start of the step, the layer holding it (its output pair), so the reading says whether that
+    layer, run on the same inputs, computes differently with the weight it was given."""
+    if finding is None:
+        return None
+    if finding.kind in (attribution.LAYER, attribution.PRECISION):
+        return report.pairs[finding.index]
+    if finding.kind == attribution.PARAMETER_FINDING:
+        holder = report.pairs[finding.index].record_a.name.rpartition(".")[0]
+        return next((pair for pair in report.pairs
+                     if pair.record_a.kind == FORWARD_OUTPUT and pair.record_a.name == holder), None)
+    return None
 
 
 def _kinds_one_side_lacks(records_a: list, records_b: list) -> dict:
