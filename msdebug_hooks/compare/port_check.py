@@ -28,6 +28,7 @@ import numpy as np
 
 from msdebug_hooks.compare import attribution
 from msdebug_hooks.compare.layers import LayerComparison, compare_layers
+from msdebug_hooks.compare.layer_capture import FORWARD_INPUT, FORWARD_OUTPUT, read_capture
 from msdebug_hooks.compare.port_conventions import check_conventions, dropout_p
 from msdebug_hooks.compare.port_random import find_random_layers, mode_setters
 from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, mindspore_inputs, resolve_loss,
@@ -35,6 +36,7 @@ from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, mindspore_
 from msdebug_hooks.compare.port_tree import layer_errors, record_layer, source_line, tree_lines
 from msdebug_hooks.compare.port_updates import UpdateFinding, compare_updates
 from msdebug_hooks.compare.port_weights import WeightCopy, copy_into, pair_parameters, torch_state
+from msdebug_hooks.compare.spatial_settings import input_sizes
 from msdebug_hooks.compare.weight_origin import weight_origin
 from msdebug_hooks.errors import ConfigError
 from msdebug_hooks.validation import real_number, whole_number
@@ -194,6 +196,35 @@ def _matching_dropouts(cell: Any, torch_module: Any, copy: WeightCopy) -> list:
     return found
 
 
+def _partner_names(copy: WeightCopy, layers: LayerComparison, cell: Any, torch_module: Any) -> Any:
+    """MindSpore layer -> its PyTorch partner for the settings check: the module map of the weights, else the pair
+    the layer comparison made of the layers' outputs (a parameter-free ``max_pool`` paired by order and role with
+    ``maxpool``), else the module map's guess."""
+    cells, modules = dict(cell.cells_and_names()), dict(torch_module.named_modules())
+    compared = {}
+    for pair in layers.pairs:
+        if pair.record_a.kind == FORWARD_OUTPUT:
+            ms_layer, torch_layer = record_layer(pair.record_a.name, cells), record_layer(pair.record_b.name, modules)
+            if ms_layer and torch_layer:
+                compared.setdefault(ms_layer, torch_layer)
+
+    def partner(name: str) -> Optional[str]:
+        return copy.modules.get(name) or compared.get(name) or copy.torch_name(name)
+    return partner
+
+
+def _input_sizes(cell: Any, capture: Path) -> dict:
+    """``id(layer)`` -> the spatial size of the first input each layer of ``cell`` was given in the captured step
+    (its first call), for the settings that depend on it (a strided ``pad_mode='same'``)."""
+    cells = dict(cell.cells_and_names())
+    sizes = {}
+    for record in read_capture(capture).step_records(1, kinds=(FORWARD_INPUT,)):
+        layer, _, slot = record.name.rpartition(".")
+        if slot == "in0" and layer in cells and len(record.shape) > 2:
+            sizes.setdefault(id(cells[layer]), tuple(record.shape[2:]))
+    return sizes
+
+
 def _run(option: str, runner: Any, model: Any, *args: Any) -> SideRun:
     """One side's step; a model that fails on the batch is a ``ConfigError`` naming it (the cause chained)."""
     try:
@@ -233,7 +264,6 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
         copy_into(mindspore_cell, state, copy)
     else:
         copy.copied = False
-    conventions = check_conventions(mindspore_cell, torch_module, copy.torch_name)
     notes = []
     dropouts = _matching_dropouts(mindspore_cell, torch_module, copy)
     if dropouts:
@@ -267,6 +297,9 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
         layers = compare_layers(root / "mindspore", root / "pytorch", mapping=copy.layer_mapping(),
                                 replay=replay, replay_a=mindspore_cell if replay else None)
         restore_mindspore(mindspore_cell, run_a.before)  # a replayed BatchNorm in training mode moved its statistics
+        with input_sizes(_input_sizes(mindspore_cell, root / "mindspore")):
+            conventions = check_conventions(mindspore_cell, torch_module,
+                                            _partner_names(copy, layers, mindspore_cell, torch_module))
         updates, level = compare_updates(copy, run_a, run_b)
     finally:
         if restore_modes is not None:

@@ -5,19 +5,47 @@ Padding is compared as the zeros each side adds before and after every spatial a
 argument, per side), PyTorch as ``padding`` (per axis, both sides; or ``'same'`` / ``'valid'``). ``'same'`` has a
 fixed meaning only where it does not depend on the input size: with stride 1 everywhere it adds ``(k - 1) * d`` per
 axis, half before (rounded down) and the rest after, which is PyTorch's ``padding='same'``; with a one-element
-window it adds nothing. Otherwise it reads as ``'same' (by the input size)``, which no fixed PyTorch padding equals.
+window it adds nothing. Otherwise it depends on the input size: where the port check knows the size the layer was
+given in the step (its recorded input), ``'same'`` is read as the zeros TensorFlow's rule adds at that size (``out =
+ceil(in / s)``, ``(out - 1) * s + (k - 1) * d + 1 - in`` in all, half before rounded down) and the message says it
+holds at that size; without it, it reads as ``'same' (by the input size)``, which no fixed PyTorch padding equals.
 MindSpore 2.10's pooling cells keep ``ceil_mode``, the padding and ``count_include_pad`` on their primitive
 (``cell.max_pool``, ``cell.avg_pool``), read from there; its average pooling with ``'same'`` leaves the padding out
 of the count (PyTorch's ``count_include_pad=False``).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Iterator, Mapping, Optional
 
 from msdebug_hooks.compare.setting_rules import Family, Reading, as_tuple, fmt, primitive_attrs, spatial_dims
 
 #: the padding meaning of MindSpore's ``pad_mode='same'`` where it depends on the input size
 BY_INPUT = "'same' (by the input size)"
+
+#: id(cell) -> the spatial size of the input that cell was given in the checked step (see :func:`input_sizes`)
+_INPUT_SIZES: ContextVar[Optional[Mapping[int, tuple]]] = ContextVar("input_sizes", default=None)
+
+
+@contextmanager
+def input_sizes(sizes: Mapping[int, tuple]) -> Iterator[None]:
+    """Within the block, read a stride-2 ``'same'`` of a cell at the input size it was given (``id(cell)`` ->
+    spatial size)."""
+    token = _INPUT_SIZES.set(sizes)
+    try:
+        yield
+    finally:
+        _INPUT_SIZES.reset(token)
+
+
+def _same_at(size: tuple, kernel: tuple, stride: tuple, dilation: tuple) -> tuple:
+    """TensorFlow's ``'same'`` at input size ``size``: per axis ``(before, after)``."""
+    pads = []
+    for n, k, s, d in zip(size, kernel, stride, dilation):
+        total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
+        pads.append((total // 2, total - total // 2))
+    return tuple(pads)
 
 
 def _zeros(nd: int) -> tuple:
@@ -42,7 +70,7 @@ def _pairs(flat: Any, nd: int) -> Optional[tuple]:
 
 
 def _mindspore_pads(mode: str, explicit: Optional[tuple], kernel: tuple, stride: tuple, dilation: tuple,
-                    nd: int) -> Any:
+                    nd: int, size: Optional[tuple] = None) -> Any:
     mode = mode.lower()
     if mode == "valid":
         return _zeros(nd)
@@ -51,8 +79,17 @@ def _mindspore_pads(mode: str, explicit: Optional[tuple], kernel: tuple, stride:
             return same_pads(kernel, dilation)
         if all((k - 1) * d == 0 for k, d in zip(kernel, dilation)):
             return _zeros(nd)
+        if size is not None and len(size) == nd:
+            return _same_at(size, kernel, stride, dilation)
         return BY_INPUT
     return explicit
+
+
+def _at(mode: str, pads: Any, size: Optional[tuple]) -> str:
+    """Where a ``'same'`` was read at the step's input size, say so (another size may pad otherwise)."""
+    if mode.lower() != "same" or size is None or not isinstance(pads, tuple):
+        return ""
+    return f" (adds {_pad_text(pads)} at input size {fmt(tuple(size))}; other sizes may pad otherwise)"
 
 
 def _torch_pads(padding: Any, kernel: tuple, dilation: tuple, nd: int) -> Optional[tuple]:
@@ -104,8 +141,9 @@ def _conv_mindspore(cell: Any, kind: str) -> dict:
     mode = str(cell.pad_mode)
     transposed = "Transpose" in kind
     if not (transposed and mode.lower() == "same"):  # a transposed 'same' sizes its output: not compared
-        pads = _mindspore_pads(mode, _pairs(cell.padding, nd), kernel, stride, dilation, nd)
-        shown = f"pad_mode={mode!r}" + (f", {_pad_text(pads)}" if mode.lower() == "pad" else "")
+        size = (_INPUT_SIZES.get() or {}).get(id(cell))
+        pads = _mindspore_pads(mode, _pairs(cell.padding, nd), kernel, stride, dilation, nd, size)
+        shown = f"pad_mode={mode!r}" + (f", {_pad_text(pads)}" if mode.lower() == "pad" else "") + _at(mode, pads, size)
         if pads is not None:
             found["padding"] = Reading(pads, shown)
         if pads != _zeros(nd):  # padding is added: MindSpore's nn convolutions add zeros only
@@ -159,10 +197,11 @@ def _pool_mindspore(cell: Any, kind: str) -> dict:
     found = {"kernel_size": Reading(kernel, f"kernel_size={fmt(kernel)}"),
              "stride": Reading(stride, f"stride={fmt(stride)}"),
              "ceil_mode": Reading(bool(attrs.get("ceil_mode", False)), f"ceil_mode={bool(attrs.get('ceil_mode'))}")}
-    pads = _mindspore_pads(mode, explicit, kernel, stride, dilation, nd)
+    size = (_INPUT_SIZES.get() or {}).get(id(cell))
+    pads = _mindspore_pads(mode, explicit, kernel, stride, dilation, nd, size)
     if pads is not None:
         found["padding"] = Reading(pads, f"pad_mode={mode.lower()!r}" + (
-            f", padding {_pad_text(pads)}" if mode.lower() == "pad" else ""))
+            f", padding {_pad_text(pads)}" if mode.lower() == "pad" else "") + _at(mode, pads, size))
     if kind.startswith("Max"):
         found["dilation"] = Reading(dilation, f"dilation={fmt(dilation)}")
     else:

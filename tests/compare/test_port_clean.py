@@ -218,7 +218,7 @@ def _says_the_same(out: Path, name: str, result: dict) -> None:
     assert ('data-ok="true"' in page) is ok and ('class="banner clean"' in page) is ok
 
 
-CLEAN = ["clean", "mlp", "dense", "pool", "drop_path"]
+CLEAN = ["clean", "mlp", "dense", "pool", "drop_path", "stem"]
 PLANTED = {"unpaired_gelu": "act2", "unpaired_dropout_on": "drop", "mlp_swap": "activation2", "mlp_b_extra": "fc3",
            "dense_eps": "features.1.layer2.norm", "pool_wrong": "global_pool", "drop_path_dropout_on": "drop"}
 
@@ -265,6 +265,17 @@ def test_a_reference_tensor_the_port_lacks_is_a_difference(clean_results):
     assert not result["ok"] and result["report"]["weights"]["unpaired_torch"] == ["fc.bias"]
     assert "the port lacks 1 tensor(s) of its reference" in result["headline"] or result["report"]["marked"] == "fc"
     assert "MISSING: PyTorch's fc.bias has no partner in the port" in (out / "head_without_bias.txt").read_text()
+
+
+@pytest.mark.mindspore
+def test_a_strided_same_padding_is_read_at_the_size_the_layer_was_given(clean_results):
+    """kernel 2 stride 2 'same' adds nothing at an even size (the clean stem); a 3x3 stride-2 'same' max pool adds
+    a zero after only, and its setting is compared with the partner the comparison paired (max_pool, maxpool)."""
+    _, results = clean_results
+    assert not results["stem"]["report"]["conventions"]
+    found = results["stem_pool_same"]["report"]["conventions"]
+    assert [(f["layer"], f["setting"]) for f in found] == [("max_pool", "padding")]
+    assert "at input size 4" in found[0]["message"]
 
 
 @pytest.mark.mindspore

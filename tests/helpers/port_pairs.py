@@ -288,3 +288,29 @@ class MsHead(mnn.Cell):
 
     def construct(self, x):
         return self.fc(self.relu(self.fc1(x)))
+
+
+# --- a patchify stem (kernel = stride, MindSpore's default pad_mode='same') and a strided 'same' max pool ----------
+class TorchStem(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch = tnn.Conv2d(3, 4, 2, stride=2)
+        self.maxpool = tnn.MaxPool2d(3, 2, padding=1)
+        self.fc = tnn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(self.maxpool(self.patch(x)).mean((2, 3)))
+
+
+class MsStem(mnn.Cell):
+    """``pool_same``: the max pool left at pad_mode='same' (zeros after only, at even sizes)."""
+
+    def __init__(self, pool_same: bool = False) -> None:
+        super().__init__()
+        self.patch = mnn.Conv2d(3, 4, 2, stride=2, has_bias=True)
+        self.max_pool = mnn.MaxPool2d(3, 2, pad_mode="same") if pool_same else mnn.MaxPool2d(3, 2, pad_mode="pad",
+                                                                                              padding=1)
+        self.fc = mnn.Dense(4, 3)
+
+    def construct(self, x):
+        return self.fc(self.max_pool(self.patch(x)).mean((2, 3)))

@@ -16,8 +16,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "helpers"))
 
-from port_pairs import (MsDense, MsHead, MsMlp, MsNet, MsPoolHead, MsResidual, TorchDense, TorchHead,  # noqa: E402
-                        TorchMlp, TorchNet, TorchPoolHead, TorchResidual)
+from port_pairs import (MsDense, MsHead, MsMlp, MsNet, MsPoolHead, MsResidual, MsStem, TorchDense,  # noqa: E402
+                        TorchHead, TorchMlp, TorchNet, TorchPoolHead, TorchResidual, TorchStem)
 
 from msdebug_hooks.compare.port_check import compare_models  # noqa: E402
 
@@ -41,6 +41,8 @@ CASES = {
     "drop_path": (TorchResidual, lambda: MsResidual(), VECTORS),
     "drop_path_dropout_on": (TorchResidual, lambda: MsResidual(dropout_on=True), VECTORS),
     "head_without_bias": (TorchHead, lambda: MsHead(), VECTORS),
+    "stem": (TorchStem, lambda: MsStem(), IMAGES),
+    "stem_pool_same": (TorchStem, lambda: MsStem(pool_same=True), IMAGES),
 }
 
 results = {}
