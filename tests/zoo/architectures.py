@@ -68,7 +68,10 @@ ARCHITECTURES = (
     ZooArch("shufflenet_v2_x0_5", "grouped channels, channel shuffle", "torchvision", "shufflenet_v2_x0_5"),
     ZooArch("efficientnet_b0", "MBConv, SiLU, squeeze-excitation, stochastic depth", "torchvision",
             "efficientnet_b0"),
-    ZooArch("regnet_x_400mf", "RegNet grouped bottlenecks", "torchvision", "regnet_x_400mf"),
+    # torchvision's regnet_x_400mf is not mindcv's: mindcv rounds the last stage's width half to even (392 / 16 =
+    # 24.5 -> 24 groups, 384 channels; mindcv regnet.py:435), torchvision half up (400). timm's regnetx_002 and
+    # mindcv's regnet_x_200mf agree in every width.
+    ZooArch("regnet_x_200mf", "RegNet grouped bottlenecks", "timm", "regnetx_002"),
     ZooArch("convnext_tiny", "ConvNeXt: 7x7 depthwise, LayerNorm, GELU, layer scale", "timm", "convnext_tiny"),
     ZooArch("vit_b_32_224", "ViT: patch embedding, class token, attention", "timm", "vit_base_patch32_224",
             image=224),

@@ -84,7 +84,7 @@ DIFFERENCES = {
                    "torchvision/ops/misc.py:88 padding = (kernel_size - 1) // 2 * dilation",
                    al.same_padded_strided_convs, al.pad_strided_convs_symmetrically),
     ),
-    "regnet_x_400mf": (),
+    "regnet_x_200mf": (),
     "convnext_tiny": (
         Difference("gelu_form", "GELU in the tanh form (MindSpore's nn.GELU default approximate=True) where the "
                    "reference uses the exact erf form",
@@ -130,7 +130,7 @@ LAYOUTS = {
     "mobilenet_v2_100": "InvertedResidual.layers (flat) against InvertedResidual.conv (Conv2dNormActivation nests)",
     "efficientnet_b0": "mindcv's Swish cell (x * Sigmoid(x)) against nn.SiLU; mindcv's DropPath against "
                        "torchvision's StochasticDepth, the same rates (efficientnet.py:413 / torchvision :293)",
-    "regnet_x_400mf": "stem/stages.N.blocks.M/head against stem/trunk_output.blockN.blockN-M (proj: conv+bn fused)",
+    "regnet_x_200mf": "stem/stages.N.blocks.M/head against stem/sN.bM (timm's ConvNormAct: conv, bn, act nested)",
     "convnext_tiny": "feature.N (stem, stages and downsamples interleaved) against stem/stages.N.downsample/blocks; "
                      "gamma_ against gamma; timm's GELU is timm.layers.activations.GELU, not torch.nn.GELU",
     "vit_b_32_224": "timm's attention runs F.scaled_dot_product_attention (fused), mindcv's two BatchMatMuls",
@@ -145,8 +145,9 @@ LAYOUTS = {
 EQUAL = {
     "densenet121": "BatchNorm defaults, drop_rate 0, conv biases off, transition AvgPool2d(2, 2)",
     "mobilenet_v2_100": "explicit padding everywhere (pad_mode='pad'), BatchNorm defaults, Dropout(0.2), ReLU6",
-    "regnet_x_400mf": "BatchNorm eps 1e-5 momentum 0.1 (mindcv regnet.py:91, torchvision regnet.py:396), padding "
-                      "(k-1)//2 explicit (regnet.py:86), head avg pool + fc with bias",
+    "regnet_x_200mf": "BatchNorm eps 1e-5 momentum 0.1 (mindcv regnet.py:91; timm regnet.py:168 nn.BatchNorm2d), "
+                      "padding (k-1)//2 explicit (mindcv regnet.py:86; timm layers/padding.py:19 gives 1 for a 3x3 "
+                      "and 0 for a 1x1 at stride 2), head avg pool + fc with bias",
     "efficientnet_b0": "BatchNorm defaults (width 1.0: mindcv efficientnet.py:315), SE squeeze channels "
                        "input_channels // 4, dropout 0.2 before the classifier",
     "convnext_tiny": "LayerNorm eps 1e-6, layer scale 1e-6, drop path 0 (timm's default drop_path_rate=0.)",

@@ -117,7 +117,7 @@ def plants_for(arch: str) -> tuple:
                                swapped("features.1.branch_main.0.weight", "features.1.branch_main.5.weight")),
         "efficientnet_b0": (activation("features.2", nn.HSwish, "HSwish for Swish (SiLU)"),
                             bn_eps("features.4.0.block.4"), flipped("features.4.0.block.3.weight")),
-        "regnet_x_400mf": (bn_eps("stages.1.blocks.0.f.b_bn"), conv_same("stem.conv"), leaky_relu("stem.af"),
+        "regnet_x_200mf": (bn_eps("stages.1.blocks.0.f.b_bn"), conv_same("stem.conv"), leaky_relu("stem.af"),
                            transposed("stages.0.blocks.0.f.c.weight")),
         "convnext_tiny": (gelu_tanh("feature.1.1.act"), ln_eps("feature.3.0.norm"),
                           activation("feature.3.1.act", nn.ReLU, "ReLU for GELU"),
