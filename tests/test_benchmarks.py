@@ -32,6 +32,7 @@ SECTIONS = {
     "layer_recorder_overhead.py": ["layer-recorder-overhead"],
     "replay_cost.py": ["replay-cost"],
     "stats_throughput.py": ["stats-throughput"],
+    "zoo_ports.py": [],             # its confusion table goes into docs/precision-comparison.md
 }
 #: what the benchmarks share (networks, generated data, the page's writer): no figures of their own
 HELPERS = {"bench_nets.py", "perf_doc.py", "small_transformer.py", "synthetic_pair.py"}
