@@ -198,12 +198,13 @@ def _matching_dropouts(cell: Any, torch_module: Any, copy: WeightCopy) -> list:
 
 def _partner_names(copy: WeightCopy, layers: LayerComparison, cell: Any, torch_module: Any) -> Any:
     """MindSpore layer -> its PyTorch partner for the settings check: the module map of the weights, else the pair
-    the layer comparison made of the layers' outputs (a parameter-free ``max_pool`` paired by order and role with
-    ``maxpool``), else the module map's guess."""
+    the layer comparison made of the layers' outputs where both are of one class name (a parameter-free
+    ``max_pool`` paired by order and role with ``maxpool``; a ``Sigmoid`` paired by role with a ``SiLU`` is the
+    comparison's to judge by their values), else the module map's guess."""
     cells, modules = dict(cell.cells_and_names()), dict(torch_module.named_modules())
     compared = {}
     for pair in layers.pairs:
-        if pair.record_a.kind == FORWARD_OUTPUT:
+        if pair.record_a.kind == FORWARD_OUTPUT and pair.type_a and pair.type_a.lower() == pair.type_b.lower():
             ms_layer, torch_layer = record_layer(pair.record_a.name, cells), record_layer(pair.record_b.name, modules)
             if ms_layer and torch_layer:
                 compared.setdefault(ms_layer, torch_layer)
