@@ -48,6 +48,7 @@ def _torch_random(module: Any, inputs: tuple) -> list:
     import torch
 
     from msdebug_hooks.compare.port_run import _torch_state, restore_torch
+    from msdebug_hooks.compare.torch import copied_tensors
 
     def parameter_free_leaf(sub: Any) -> bool:
         return not any(True for _ in sub.children()) and not any(True for _ in sub.parameters()) \
@@ -63,7 +64,7 @@ def _torch_random(module: Any, inputs: tuple) -> list:
             probing[0] = True
             try:
                 for _ in range(PROBE_CALLS):
-                    again = sub(*[a.detach().clone() if isinstance(a, torch.Tensor) else a for a in copies[name]])
+                    again = sub(*copied_tensors(copies[name]))
                     if not torch.equal(again, output):
                         found.append(name)
                         break
@@ -76,7 +77,7 @@ def _torch_random(module: Any, inputs: tuple) -> list:
     def pre_hook_for(name: str) -> Callable:
         def pre_hook(_sub, args):
             if not probing[0]:
-                copies[name] = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+                copies[name] = copied_tensors(args)
         return pre_hook
 
     handles = []

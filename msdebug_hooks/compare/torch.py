@@ -75,7 +75,7 @@ class TorchLayerRecorder(FrameworkRecorder):
         ``x += ...``) overwrites them, and the forward hook would record its output as its input."""
         def pre_hook(_module, inputs):
             if self.session.capturing:
-                self._pending.setdefault(name, []).append(_copied(inputs))
+                self._pending.setdefault(name, []).append(copied_tensors(inputs))
         return pre_hook
 
     def _hook_for(self, name: str):
@@ -118,12 +118,12 @@ class TorchLayerRecorder(FrameworkRecorder):
         self._handles.clear()
 
 
-def _copied(value: Any) -> Any:
+def copied_tensors(value: Any) -> Any:
     """``value`` with every tensor in it (tuples and lists followed) detached and copied."""
     if hasattr(value, "detach") and hasattr(value, "clone"):
         return value.detach().clone()
     if isinstance(value, (tuple, list)):
-        items = [_copied(item) for item in value]
+        items = [copied_tensors(item) for item in value]
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
     return value
 
