@@ -138,14 +138,19 @@ class MaskedModule(tnn.Module):
         return self.fc((self.bn(self.conv(x)).mean(dim=(2, 3)) * self.mask)[:, self.index])
 
 
-def constants_case() -> dict:
-    torch.manual_seed(0)
-    module = MaskedModule()
+def copied_pair(module, cell):
+    """``module``'s weights (BatchNorm statistics randomized) paired with ``cell``'s and copied in: the copy."""
     randomize_statistics(module)
-    cell = MaskedCell()
     state = torch_state(module)
     copy = pair_parameters(state, cell, torch_module=module)
     copy_into(cell, state, copy)
+    return copy
+
+
+def constants_case() -> dict:
+    torch.manual_seed(0)
+    module, cell = MaskedModule(), MaskedCell()
+    copy = copied_pair(module, cell)
     return {"pairs": copy.pairs, "constants": copy.constants, "summary": copy.summary(),
             "logits_error": logits_error(cell, module, 6)}
 
@@ -164,12 +169,8 @@ def swin_case() -> dict:
 
 def planted_cases() -> dict:
     torch.manual_seed(0)
-    module = ScaleModule()
-    randomize_statistics(module)
-    cell = ScaleCell()
-    state = torch_state(module)
-    copy = pair_parameters(state, cell, torch_module=module)
-    copy_into(cell, state, copy)
+    module, cell = ScaleModule(), ScaleCell()
+    copy = copied_pair(module, cell)
     scale = {"pairs": copy.pairs, "how": copy.how, "unit_axes": copy.unit_axes, "summary": copy.summary(),
              "modules": copy.modules, "logits_error": logits_error(cell, module, 6)}
     torch.manual_seed(1)
@@ -204,10 +205,7 @@ def regnet_cases() -> dict:
     torch.manual_seed(0)
     module = RegNet(BlockParams(depths=[1, 2, 7, 12], widths=[32, 64, 160, 384], group_widths=[16] * 4,
                                 bottleneck_multipliers=[1.0] * 4, strides=[2] * 4), num_classes=10)
-    randomize_statistics(module)
-    state = torch_state(module)
-    copy = pair_parameters(state, cell, torch_module=module)
-    copy_into(cell, state, copy)
+    copy = copied_pair(module, cell)
     paths = {param.name: path for path, param in cell.parameters_and_names()}
     same = {"pairs": copy.pairs, "paths": paths, "modules": copy.modules, "summary": copy.summary(),
             "unpaired_torch": copy.unpaired_torch, "parameters": len(paths),
