@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from msdebug_hooks.cli import EXIT_BAD_INPUT
+from msdebug_hooks.cli._tls_options import Notices, read_tls, training_tls_env
 from msdebug_hooks.cli.serve import add_session_options, check_timeouts, quiet_grpc, read_commands
 
 # MindSpore's log lines below ERROR ("[WARNING] ME(123:456,MainProcess):2025-...") and gRPC core's ("I1126 12:37:16.2
@@ -59,20 +60,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"msdebug debug: error: script={args.script!r} is not allowed: an existing file", file=sys.stderr)
         return EXIT_BAD_INPUT
     commands = read_commands(args)
-    if commands is False or not check_timeouts(args):
+    tls = read_tls(args)
+    if commands is False or tls is False or not check_timeouts(args):
         return EXIT_BAD_INPUT
     env = dict(os.environ)
     env.pop("ENABLE_MS_DEBUGGER", None)       # msdebug run attaches the debugger itself
     if args.source:
         env["MS_DEBUGGER_SOURCE"] = args.source
+    connect_host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "[::]", "") else args.host
+    if tls is not None and not training_tls_env(tls, connect_host, env):
+        return EXIT_BAD_INPUT
     quiet_grpc()                               # ours only: env (the training's) was taken before
+    notices = Notices("debug")
     try:
-        server = DebuggerServer(port=args.port, host=args.host, log_reports=False).start()
+        server = DebuggerServer(port=args.port, host=args.host, log_reports=False, tls_cert=tls,
+                                notify=notices).start()
     except (ValueError, OSError) as exc:
         print(f"msdebug debug: error: --port / --host: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     with server:
-        connect_host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
         command = [sys.executable, "-m", "msdebug_hooks", "run", "--host", connect_host, "--port", str(server.port),
                    str(script), *args.args]
         if args.output == "-":
@@ -82,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
                 f"msdebug-debug-{os.getpid()}.log"
             out = open(log_path, "w")
         print(f"msdebug debug: {script} starts with the debugger at {server.address}"
-              f"{f'; its output goes to {log_path}' if log_path else ''}", flush=True)
+              f"{' over TLS' if tls is not None else ''}{f'; its output goes to {log_path}' if log_path else ''}",
+              flush=True)
+        notices.release()
         process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
                                    start_new_session=True)
         try:

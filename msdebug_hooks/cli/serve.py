@@ -4,7 +4,9 @@ elsewhere with ``ENABLE_MS_DEBUGGER=1 MS_DEBUGGER_HOST=<this host> MS_DEBUGGER_P
 ``--ranks N`` also listens on P+1 ... P+N-1, where rank r connects under msrun with env activation (and with
 ``DistributedDebugger(ranks="all", port_per_rank=True)``): every rank connects, ``jobs`` lists them and ``job K``
 switches. ``-c "cmd; cmd"`` or ``-x FILE`` runs commands without a
-prompt. Exit code: 0 no hit, 1 hits, 2 bad input or a training that could not be looked at.
+prompt. ``--tls-cert FILE --tls-key FILE`` speak TLS, ``--tls-client-ca FILE`` admits only trainings holding a
+certificate signed by that CA (docs/debugger-server.md, "Who may connect"). Exit code: 0 no hit, 1 hits, 2 bad input
+(a TLS file that is missing, not PEM, expired or not matching its key, too) or a training that could not be looked at.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import sys
 from typing import Optional, Union
 
 from msdebug_hooks.cli import EXIT_BAD_INPUT
+from msdebug_hooks.cli._tls_options import Notices, add_tls_options, listened, read_tls, tls_phrase
 
 
 def add_session_options(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +30,7 @@ def add_session_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=3600.0, metavar="S",
                         help="longest wait of one command (continue, step), and for a script that runs on after a "
                              "training to train again or exit, in seconds (default 3600)")
+    add_tls_options(parser)
 
 
 def check_timeouts(args: argparse.Namespace) -> bool:
@@ -97,20 +101,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"msdebug serve: error: --port={args.port} is not allowed: 1..{65536 - args.ranks}", file=sys.stderr)
         return EXIT_BAD_INPUT
     commands = read_commands(args)
-    if commands is False or not check_timeouts(args):
+    tls = read_tls(args)
+    if commands is False or tls is False or not check_timeouts(args):
         return EXIT_BAD_INPUT
     quiet_grpc()
+    notices = Notices("serve")
     try:
         server = DebuggerServer(port=args.port, host=args.host, ports=range(args.port + 1, args.port + args.ranks),
-                                log_reports=False).start()
+                                log_reports=False, tls_cert=tls, notify=notices).start()
     except OSError as exc:
         print(f"msdebug serve: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     with server:
         ports = ",".join(map(str, server.ports))
         every = f" (msrun ... as well: rank r connects to {args.port} + r)" if args.ranks > 1 else ""
-        print(f"msdebug serve: listening on {args.host}:{ports}; start the training with ENABLE_MS_DEBUGGER=1 "
-              f"MS_DEBUGGER_HOST={args.host} MS_DEBUGGER_PORT={args.port}{every}", flush=True)
+        print(f"msdebug serve: listening on {listened(args.host)}:{ports}{tls_phrase(tls)}; start the training with "
+              f"{server.training_variables()}{every}", flush=True)
+        notices.release()
         if args.ranks > 1:
             def connect():
                 return server.wait_for_ranks(args.ranks, timeout=args.connect_timeout)

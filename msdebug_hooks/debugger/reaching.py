@@ -24,6 +24,7 @@ _LOG = get_logger("debugger")
 CONNECT_ATTEMPTS = 4       # first contact: tries, 0.25 / 0.5 / 1 s apart, before training runs undebugged
 MAX_RECONNECT_GAP = 30.0
 _layout = threading.local()
+_HUNG_UP = "socket closed"   # gRPC's words when the server accepted the connection and closed it: a TLS server
 
 
 @contextlib.contextmanager
@@ -65,6 +66,11 @@ def reach_server(transport: Transport, handshake: Callable[[], Optional[str]],
                 delay *= 2
                 continue
             port = int(transport.address.rsplit(":", 1)[-1])
+            if transport.tls is None and _HUNG_UP in str(exc).lower():
+                return (f"the debugger server at {transport.address} hung up on every plaintext connection "
+                        f"({attempt} attempts): most likely it speaks TLS (msdebug serve --tls-cert); set "
+                        "MS_DEBUGGER_TLS_CA to the CA of its certificate, and MS_DEBUGGER_TLS_CERT / "
+                        "MS_DEBUGGER_TLS_KEY when it admits only trainings with a client certificate")
             return (f"cannot reach the debugger server at {transport.address} after {attempt} attempts: {exc} (is "
                     f"it running? {server_hint(port)}; to wait for it, use DebuggerCallback(wait_for_server=True) or "
                     "msdebug run --wait)")

@@ -37,12 +37,12 @@ class Connections:
         with self.changed:
             return list(self._jobs)
 
-    def report(self, message: str) -> None:
-        """Keep ``message`` (a connect, a loss, garbage from a client) and log it if asked to."""
+    def report(self, message: str, *, log: bool = True) -> None:
+        """Keep ``message`` (a connect, a loss, garbage from a client) and log it if asked to (and ``log``)."""
         with self.changed:
             self.reports.append(message)
             self.changed.notify_all()
-        if self.log_reports:
+        if self.log_reports and log:
             _LOG.info("debugger server: %s", message)
 
     def job_for(self, peer: str, port: int, method: str, *, create: bool = False,

@@ -6,7 +6,7 @@ the client connection it came from (``context.peer()``): one training, or one ra
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -121,15 +121,19 @@ _STREAMS = ("SendGraph", "SendMultiGraphs", "SendTensors", "SendTensorBase", "Se
             "SendWatchpointHits")
 
 
-def method_handlers(connections: Connections, port: int) -> grpc.GenericRpcHandler:
+def method_handlers(connections: Connections, port: int, *,
+                    on_call: Optional[Callable[[str], None]] = None) -> grpc.GenericRpcHandler:
     """The service's handlers for one listening port of the server whose jobs are ``connections``; every failure is
-    reported and answered, never raised."""
+    reported and answered, never raised. ``on_call(peer)`` is told of every call first (a TLS server: which
+    connections got in, ``handshakes.py``)."""
     servicer = _Servicer(connections, port)
 
     def guarded(name: str):
         method = getattr(servicer, name)
 
         def handler(request, context):
+            if on_call is not None:
+                on_call(context.peer())
             try:
                 return method(request, context)
             except _Garbage as exc:
