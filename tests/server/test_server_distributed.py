@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Optional
 
 import pytest
 
@@ -96,10 +97,12 @@ def test_every_rank_steps_unwatches_and_continues_after_a_hit_on_rank_1_through_
     assert job.result(0)["steps"] == job.result(1)["steps"] == list(range(1, 11))
 
 
-def _serve_while_msrun_runs(tmp_path, port: int, serve_args: list, job_args: list):
+def _serve_while_msrun_runs(tmp_path, port: int, serve_args: list, job_args: list, *, host: str = "127.0.0.1",
+                            job_env: Optional[dict] = None):
     """``msdebug serve --port PORT *serve_args`` in a process of its own while a two-rank msrun job of the launcher
     runs with the debugger variables pointing at PORT; (the server's first line, its whole output, the job, its exit
-    code). The output is printed, so a failing assertion shows it. The server is always stopped."""
+    code). ``job_env``: more variables of the job (TLS). The output is printed, so a failing assertion shows it.
+    The server is always stopped."""
     env = fresh_env()
     env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), str(ROOT)])
     serve = subprocess.Popen([sys.executable, "-m", "msdebug_hooks", "serve", "--port", str(port), *serve_args],
@@ -107,7 +110,8 @@ def _serve_while_msrun_runs(tmp_path, port: int, serve_args: list, job_args: lis
     try:
         hint = serve.stdout.readline()
         job = run_msrun(_installed_launcher(tmp_path), job_args, tmp_path, timeout=360,
-                        env={"ENABLE_MS_DEBUGGER": "1", "MS_DEBUGGER_HOST": "127.0.0.1", "MS_DEBUGGER_PORT": str(port)})
+                        env={"ENABLE_MS_DEBUGGER": "1", "MS_DEBUGGER_HOST": host, "MS_DEBUGGER_PORT": str(port),
+                             **(job_env or {})})
         out, _ = serve.communicate(timeout=120)
     finally:
         if serve.poll() is None:
@@ -170,3 +174,31 @@ def test_a_server_on_one_port_and_the_rank_that_finds_none_both_name_the_route_f
     assert f"msdebug serve --port {port + 1}" not in rank1            # no advice that would serve rank 1 alone
     assert "rank 1 runs undebugged" in rank1
     assert job.result(0)["steps"] == job.result(1)["steps"] == [1]    # terminated at step 0: one step still runs
+
+
+@pytest.mark.timeout(420, method="signal")
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl binary for certificates")
+def test_serve_with_two_ranks_over_mutual_tls_pauses_and_steps_both_ranks(tmp_path):
+    """Issue 36: ``msdebug serve --ranks 2`` with mutual TLS; every rank connects over TLS with its client
+    certificate (certificates made here), both pause at step 0, step together and run to the end."""
+    from fault_server import make_certificates
+
+    certs = make_certificates(tmp_path / "certs")
+    with _server_on_two_consecutive_ports() as probe:
+        port = probe.port
+    tls = ["--tls-cert", str(certs["server"]), "--tls-key", str(certs["server_key"]), "--tls-client-ca",
+           str(certs["ca"])]
+    hint, out, job, serve_code = _serve_while_msrun_runs(
+        tmp_path, port, ["--ranks", "2", "--timeout", "240", *tls, "-c", "status; step 1; step 1; status; continue"],
+        ["--batches", "4"], host="localhost",
+        job_env={"MS_DEBUGGER_TLS_CA": str(certs["ca"]), "MS_DEBUGGER_TLS_CERT": str(certs["client"]),
+                 "MS_DEBUGGER_TLS_KEY": str(certs["client_key"])})
+    assert f"listening on 127.0.0.1:{port},{port + 1} over mutual TLS" in hint
+    assert serve_code == 0 and job.returncode == 0, job.describe() + out
+    assert job.result(0)["steps"] == job.result(1)["steps"] == list(range(1, 5))
+    status = re.findall(r"^job \d: rank (\d), (\w+) at step (\d+),", out, re.M)
+    assert sorted(status) == [("0", "waiting", "0"), ("0", "waiting", "2"), ("1", "waiting", "0"),
+                              ("1", "waiting", "2")], out
+    for rank in (0, 1):
+        assert re.search(rf"job \d \(rank {rank}\) finished: the training finished at step 4\n", out)
+    assert "refused" not in out and "without the debugger" not in job.worker_log(0) + job.worker_log(1)
