@@ -56,6 +56,8 @@ pieces, reassembly into numpy) against raw grpcio on the same loopback (a client
 ``bytes`` with identity serializers, joined by the handler). No targets: the issue asks for the numbers.
 Run: ``python benchmarks/debugger_overhead.py --server [--rounds 4] [--steps 40] [--no-doc]`` (MindInsight comes from
 ``.venv-mindinsight``; ``--no-mindinsight`` leaves it out); its section is "Our debugger server against MindInsight".
+The same run measures what TLS adds to the per-step round trip (``debugger_bench/tls_cost.py``, issue 36: our server
+with one ``WaitCMD`` per step, plaintext against mutual TLS; target <= +10 %).
 
 The parts live in ``benchmarks/debugger_bench/`` (one module per measurement, and the servers).
 """
@@ -70,7 +72,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "examples"), str(HERE.parent)]
 
 import perf_doc  # noqa: E402
-from debugger_bench import dump_source, light_source, our_server, views  # noqa: E402
+from debugger_bench import dump_source, light_source, our_server, tls_cost, views  # noqa: E402
 from debugger_bench.servers import WATCHPOINTS  # noqa: E402
 
 SECTIONS = {   # mode -> (section of docs/performance.md, its title)
@@ -112,6 +114,7 @@ def main(argv=None) -> int:
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
     if mode == "server":
         our_server.server_overhead(rounds, args.steps, not args.no_mindinsight, section)
+        tls_cost.tls_round_trip(rounds, args.steps, section)
         ours, raw = views.server_pull_throughput(args.views)
         section.add(f"Tensor pull of a 32 MiB weight through the server API (`job.tensor`: the view command, "
                     f"the client's answer in pieces, reassembly into numpy) against raw grpcio on the same loopback: "

@@ -150,14 +150,18 @@ SERVER_WATCHPOINTS = ["weight_overflow", "weight_too_large:max_gt=1e6", "weight_
                       "weight_change_too_large:abs_mean_update_ratio_gt=10", "weight_not_changed:rtol=1e-30"]
 
 
-def serve_ours(watchpoints: int) -> None:
+def serve_ours(watchpoints: int, *, tls_dir: str = "", per_step: bool = False) -> None:
     """Our server, headless: every training that connects gets ``watchpoints`` watchpoints on all weights and runs
-    until a hit (none comes), as a script driving ``DebuggerServer`` would."""
+    until a hit (none comes), as a script driving ``DebuggerServer`` would. ``tls_dir``: mutual TLS with the
+    ``server.pem`` / ``server_key.pem`` / ``ca.pem`` there; ``per_step``: one ``WaitCMD`` per step (no free run),
+    the round trip every step pays."""
     import threading
 
     from msdebug_hooks.server import DebuggerServer
 
-    with DebuggerServer(port=0, log_reports=False) as server:
+    tls = {"tls_cert": f"{tls_dir}/server.pem", "tls_key": f"{tls_dir}/server_key.pem",
+           "tls_client_ca": f"{tls_dir}/ca.pem"} if tls_dir else {}
+    with DebuggerServer(port=0, log_reports=False, free_run=not per_step, **tls) as server:
         def drive() -> None:
             while True:
                 try:
@@ -190,9 +194,9 @@ def start_ops() -> tuple[subprocess.Popen, int]:
     return _start("--ops")
 
 
-def start_ours(watchpoints: int) -> tuple[subprocess.Popen, int]:
-    """Our own server, headless, ``watchpoints`` of :data:`SERVER_WATCHPOINTS` on all weights."""
-    return _start("--ours", str(watchpoints))
+def start_ours(watchpoints: int, *, tls_dir: str = "", per_step: bool = False) -> tuple[subprocess.Popen, int]:
+    """Our own server, headless, ``watchpoints`` of :data:`SERVER_WATCHPOINTS` on all weights (``serve_ours``)."""
+    return _start("--ours", str(watchpoints), "--tls", tls_dir, *(["--per-step"] if per_step else []))
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -207,9 +211,11 @@ def main(argv=None) -> int:
     parser.add_argument("--weights", default="")
     parser.add_argument("--ops", action="store_true")
     parser.add_argument("--ours", type=int, default=None)
+    parser.add_argument("--tls", default="", help="with --ours: a directory of certificates (mutual TLS)")
+    parser.add_argument("--per-step", action="store_true", help="with --ours: one wait per step, no free run")
     args = parser.parse_args(argv)
     if args.ours is not None:
-        serve_ours(args.ours)
+        serve_ours(args.ours, tls_dir=args.tls, per_step=args.per_step)
     elif args.ops:
         serve_ops()
     else:

@@ -21,8 +21,10 @@ import pytest
 from fault_server import make_certificates
 from mindinsight_server import free_port
 from msdebug_cli import cli_env, run_msdebug
-from server_training import eventually, training
+from server_training import PLAIN, eventually, training
 
+from msdebug_hooks.cli._tls_options import TLS_FLAGS
+from msdebug_hooks.errors import ConfigError, ConfigErrors
 from msdebug_hooks.server import DebuggerServer
 from msdebug_hooks.server.exposure import host_addresses
 from msdebug_hooks.server.server_tls import ServerTls
@@ -72,11 +74,16 @@ def test_tls_files_are_checked_at_start_one_line_per_problem(certs, tmp_path):
         (["--tls-cert", str(certs["server"])], ["--tls-key is not set", "given together with --tls-cert"]),
         (["--tls-client-ca", str(certs["ca"])], ["--tls-cert is not set", "--tls-client-ca needs the server's"]),
     ]
-    for options, parts in cases:
+    for options, parts in cases[:1]:     # the command's line and exit code, once (the same reading as below)
         proc = run_msdebug("serve", "--port", str(free_port()), "-c", "status", *options, timeout=60)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, (options, proc.stderr)
         assert lines[0].startswith("msdebug serve: error: ") and all(p in lines[0] for p in parts), lines[0]
+    for options, parts in cases:
+        given = dict(zip((o[6:].replace("-", "_") for o in options[::2]), options[1::2]))
+        with pytest.raises(ConfigError) as info:
+            ServerTls.from_paths(given.get("cert"), given.get("key"), given.get("client_ca"), fields=TLS_FLAGS)
+        assert not isinstance(info.value, ConfigErrors) and all(p in str(info.value) for p in parts), str(info.value)
     both = run_msdebug("debug", "--tls-cert", str(not_pem), "--tls-key", str(certs["client_key"]),
                        "--tls-client-ca", str(tmp_path / "ca.pem"), "-c", "continue", str(not_pem), timeout=60)
     assert both.returncode == 2 and len(both.stderr.strip().splitlines()) == 2, both.stderr   # one line each
@@ -162,6 +169,14 @@ def test_plaintext_and_uncertified_trainings_are_refused_and_train_on(certs, tmp
             wait = channel.unary_unary("/debugger.EventListener/WaitCMD")
             assert pb.EventReply.FromString(wait(b"\xff\xfe not a protobuf", timeout=10)).status == \
                 pb.EventReply.FAILED
+            hits = channel.stream_unary("/debugger.EventListener/SendWatchpointHits")
+            assert pb.EventReply.FromString(hits(iter([b"\x0a\xff\xff\xff"]), timeout=10)).status == \
+                pb.EventReply.FAILED
+            assert pb.EventReply.FromString(wait(pb.Metadata(device_name="0:0").SerializeToString(),
+                                                 timeout=10)).status == pb.EventReply.FAILED  # no metadata first
+            metadata = channel.unary_unary("/debugger.EventListener/SendMetadata")
+            metadata(pb.Metadata(device_name="0:0", ms_version="2.10.0").SerializeToString(), timeout=10)
+        assert len(server.jobs) == 1                  # the certified client got in, the rest was refused
         with socket.create_connection(("127.0.0.1", server.port)) as raw:    # not even TLS
             raw.sendall(b"GET / HTTP/1.1\r\n\r\n" + bytes(range(256)) * 8)
         with training(tmp_path, server.port, "--batches", "3", name="plain") as plain, \
@@ -171,8 +186,10 @@ def test_plaintext_and_uncertified_trainings_are_refused_and_train_on(certs, tmp
                 assert run.proc.wait(180) == 0, run.out()
                 assert run.lines()[-1] == "end" and run.steps() == 3 and run.weights.exists()
         eventually(lambda: server.refused >= 3, timeout=10, what=f"three refusals reported: {lines}")
-        assert server.jobs == []
-        assert any("garbage" in r and "WaitCMD" in r for r in server.reports), server.reports
+        assert len(server.jobs) == 1 and server.refused >= 3
+        garbage = [r for r in server.reports if "garbage" in r]
+        assert any("WaitCMD" in r for r in garbage) and any("SendWatchpointHits" in r for r in garbage), garbage
+        assert any("no metadata first" in r for r in server.reports)
     refusals = [line for line in lines if line.startswith("refused a connection from ")]
     assert refusals and all("TLS handshake failed" in line for line in refusals), lines
     assert {line.split()[4] for line in refusals} <= {"127.0.0.1", "::1"}, refusals
@@ -182,3 +199,23 @@ def test_plaintext_and_uncertified_trainings_are_refused_and_train_on(certs, tmp
         "MS_DEBUGGER_TLS_CA" in told["plain"][0], told
     assert len(told["uncertified"]) == 1 and "MS_DEBUGGER_TLS_CERT" in told["uncertified"][0], told
     assert "Traceback" not in plain.out() + uncertified.out()
+
+
+@pytest.mark.mindspore
+def test_debug_over_mutual_tls_starts_its_training_with_the_tls_variables(certs):
+    """``msdebug debug`` hands its training the server's TLS settings it can know; the client certificate must
+    come from the person (without one: one line, exit 2, no training started)."""
+    server = ["--tls-cert", str(certs["server"]), "--tls-key", str(certs["server_key"]), "--tls-client-ca",
+              str(certs["ca"])]
+    env = cli_env()
+    env.update(MS_DEBUGGER_TLS_CA=str(certs["ca"]))
+    missing = subprocess.run([sys.executable, "-m", "msdebug_hooks", "debug", *server, "-c", "continue", str(PLAIN)],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert "MS_DEBUGGER_TLS_CERT and MS_DEBUGGER_TLS_KEY" in missing.stderr and missing.stdout == ""
+    env.update(_tls_env(certs, client=True))
+    proc = subprocess.run([sys.executable, "-m", "msdebug_hooks", "debug", *server, "-c", "step 1; continue",
+                           str(PLAIN), "--batches", "3"], env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "with the debugger at 127.0.0.1:" in proc.stdout and " over TLS" in proc.stdout
+    assert "job 1 waiting at step 1" in proc.stdout and "job 1 finished: the training finished at step 3" in proc.stdout
