@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             log_path = Path(args.output) if args.output else Path(tempfile.gettempdir()) / \
                 f"msdebug-debug-{os.getpid()}.log"
             out = open(log_path, "w")
-        print(f"msdebug debug: {script} starts with the debugger at {server.address}"
+        print(f"msdebug debug: {script} starts with the debugger at {connect_host}:{server.port}"
               f"{' over TLS' if tls is not None else ''}{f'; its output goes to {log_path}' if log_path else ''}",
               flush=True)
         notices.release()
