@@ -219,3 +219,25 @@ def test_debug_over_mutual_tls_starts_its_training_with_the_tls_variables(certs)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "with the debugger at 127.0.0.1:" in proc.stdout and " over TLS" in proc.stdout
     assert "job 1 waiting at step 1" in proc.stdout and "job 1 finished: the training finished at step 3" in proc.stdout
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="the kernel's TCP table is Linux's")
+def test_the_kernel_table_names_the_peer_of_a_connection_as_grpc_names_it():
+    """What the refusal report rests on: a connection to a listening port shows up with the client's address and
+    port, the same endpoint gRPC's ``context.peer()`` spelling gives, and is gone once closed."""
+    from msdebug_hooks.server.handshakes import established_peers, peer_endpoint
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = listener.accept()
+            mine = client.getsockname()
+            assert established_peers([port]) == {mine} and established_peers([port + 1 if port < 65535 else 1]) \
+                != {mine}
+            assert peer_endpoint(f"ipv4:127.0.0.1:{mine[1]}") == mine
+            accepted.close()
+        eventually(lambda: mine not in (established_peers([port]) or set()), timeout=5, what="the closed one gone")
+    assert peer_endpoint("ipv6:%5B::1%5D:51234") == ("::1", 51234)
+    assert peer_endpoint("ipv6:%5B::ffff:10.0.0.5%5D:7") == ("10.0.0.5", 7) and peer_endpoint("unix:/x") is None
