@@ -62,14 +62,15 @@ def tls_phrase(tls: Optional[object]) -> str:
     return " over mutual TLS" if getattr(tls, "mutual", False) else " over TLS"
 
 
-def listened(host: str) -> str:
-    """``host`` for the start line; a wildcard with the addresses it stands for (``0.0.0.0 (this host: 10.0.0.5)``)."""
+def listened(host: str, ports: str) -> str:
+    """``host:ports`` for the start line; a wildcard with the addresses it stands for
+    (``0.0.0.0:50051 (every interface; this host's addresses: 10.0.0.5)``)."""
     from msdebug_hooks.server.exposure import WILDCARDS, host_addresses
 
     if host not in WILDCARDS:
-        return host
-    addresses = host_addresses()
-    return f"{host or '*'} (every interface; this host's: {', '.join(addresses) or 'loopback only'})"
+        return f"{host}:{ports}"
+    addresses = ", ".join(host_addresses()) or "none beyond loopback"
+    return f"{host or '*'}:{ports} (every interface; this host's addresses: {addresses})"
 
 
 def training_tls_env(tls, host: str, env: dict) -> bool:

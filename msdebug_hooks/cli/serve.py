@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     with server:
         ports = ",".join(map(str, server.ports))
         every = f" (msrun ... as well: rank r connects to {args.port} + r)" if args.ranks > 1 else ""
-        print(f"msdebug serve: listening on {listened(args.host)}:{ports}{tls_phrase(tls)}; start the training with "
+        print(f"msdebug serve: listening on {listened(args.host, ports)}{tls_phrase(tls)}; start the training with "
               f"{server.training_variables()}{every}", flush=True)
         notices.release()
         if args.ranks > 1:

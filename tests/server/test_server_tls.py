@@ -118,7 +118,7 @@ def test_beyond_loopback_one_warning_and_a_reachable_host_in_the_hint(certs):
                             str(free_port()), "--connect-timeout", "0.5", "-c", "status"], env=cli_env(),
                            capture_output=True, text=True, timeout=60)
     out = serve.stdout.splitlines()
-    assert out[0].startswith("msdebug serve: listening on 0.0.0.0 (every interface") and \
+    assert out[0].startswith("msdebug serve: listening on 0.0.0.0:") and "(every interface" in out[0] and \
         "MS_DEBUGGER_HOST=0.0.0.0" not in out[0], out
     warning = out[1]
     assert warning.startswith("msdebug serve: warning: listening on 0.0.0.0:") and "without TLS" in warning
