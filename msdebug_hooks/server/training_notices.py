@@ -6,7 +6,9 @@ seen, a capture that failed) as a warning of the ``msdebug_hooks`` logger, which
 Under ``msdebug debug`` that output is a log file: the prompt reads the lines added since its last look and shows
 each of the project's warnings and errors once (``[msdebug] WARNING ...``, the format ``_log.get_logger`` gives when
 the script set no handler of its own for ``msdebug_hooks``). A line is shown once even when the training says it
-again (a loss that stays NaN). With ``--output -`` the training writes to the terminal and nothing is repeated.
+again (a loss that stays NaN). Left out: the training's echo of what the prompt itself asked (``stopping training:
+the debugger server asked to terminate ...``, ``the training was terminated at step N``), which the prompt already
+said. With ``--output -`` the training writes to the terminal and nothing is repeated.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ __all__ = ["TrainingNotices", "NOTICE"]
 
 # "[msdebug] WARNING rank 0: debugger: ..." as _log.get_logger formats the project's records
 NOTICE = re.compile(r"^\[msdebug\] (WARNING|ERROR|CRITICAL) (.*)$")
+# the training's word that it obeyed the prompt's terminate (callback.py, functional_loop.py)
+_ECHO = re.compile(r"the debugger server asked to terminate|debugger: the training was terminated at step")
 
 
 class TrainingNotices:
@@ -43,7 +47,7 @@ class TrainingNotices:
         notices = []
         for line in data[:end].decode(errors="replace").splitlines():
             match = NOTICE.match(line.strip())
-            if match and match.group(2) not in self._shown:
+            if match and match.group(2) not in self._shown and not _ECHO.search(match.group(2)):
                 self._shown.add(match.group(2))
                 notices.append(f"{match.group(1).lower()} from the training: {match.group(2)}")
         return notices

@@ -84,17 +84,19 @@ def test_prompt_through_a_terminal_lists_watches_steps_views_pauses_on_ctrl_c_an
 @pytest.mark.mindspore
 def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
     hit = _msdebug("debug", "-c", "watch weight_overflow *; watch gradient_exploding; watch tensor_overflow "
-                   "*SoftmaxCrossEntropyWithLogits-op*; continue; source conv1.weight; bogus", str(PLAIN),
+                   "*SoftmaxCrossEntropyWithLogits-op*; watch tensor_overflow *ApplyMomentum-op1*; continue; "
+                   "source conv1.weight; stats .../SoftmaxCrossEntropyWithLogits-op9; bogus", str(PLAIN),
                    "--nan-batch", "2", "--batches", "8")
     assert hit.returncode == 1, hit.stdout + hit.stderr                       # a hit, even with a typo after it
     assert "job 1 waiting at step 3" in hit.stdout
     (row,) = [line for line in hit.stdout.splitlines() if "conv1.weight" in line and "weight_overflow" in line]
     assert row.split()[:2] == ["3", "0"]                                      # step 3, rank 0
     assert "training exited with code 0" in hit.stdout
-    # the source column: the script's line defining the layer (for its weight and its gradient), and the line
+    # the source column: the script's line calling the layer (for its weight and its gradient), and the line
     # computing the loss (Model.train computes it inside model.train)
     lenet = (EXAMPLES / "lenet.py").read_text().splitlines()
-    conv1 = next(n for n, line in enumerate(lenet, 1) if "self.conv1 = " in line)
+    conv1 = next(n for n, line in enumerate(lenet, 1) if "self.conv1(x)" in line)
+    defined = next(n for n, line in enumerate(lenet, 1) if "self.conv1 = " in line)
     train = next(n for n, line in enumerate(PLAIN.read_text().splitlines(), 1) if "model.train(" in line)
     (grad,) = [line for line in hit.stdout.splitlines() if "GradOf_conv1.weight" in line and "gradient_" in line]
     (loss,) = [line for line in hit.stdout.splitlines() if "SoftmaxCrossEntropyWithLogits-op" in line and
@@ -102,6 +104,18 @@ def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
     assert row.endswith(f" lenet.py:{conv1}") and grad.endswith(f" lenet.py:{conv1}"), (row, grad)
     assert loss.endswith(f" plain_lenet_train.py:{train}"), loss
     assert f"> {EXAMPLES / 'lenet.py'}:{conv1}  {lenet[conv1 - 1].strip()}" in hit.stdout   # source's marker
+    assert f"  {EXAMPLES / 'lenet.py'}:{defined}  {lenet[defined - 1].strip()}" in hit.stdout  # then the definition
+    # issue 32 point 4: the rows in the order the step computed them (the updates after the gradients); the
+    # shortened name pasted back; the statistics of a tensor with no finite value say so (not min 0, max 0, mean 0)
+    rows = [line for line in hit.stdout.splitlines() if line.startswith("   3     0")]
+    kinds = [("grad" if "GradOf_" in r else "update" if "ApplyMomentum" in r else "weight" if "weight_overflow" in r
+              else "loss") for r in rows]
+    assert kinds == sorted(kinds, key=["loss", "grad", "update", "weight"].index) and "update" in kinds, rows
+    assert ".../SoftmaxCrossEntropyWithLogits-op9 " in loss and \
+        "_loss_fn-SoftmaxCrossEntropyWithLogits/SoftmaxCrossEntropyWithLogits-op9 (current, step 3):" in hit.stdout
+    said = [line.split() for line in hit.stdout.splitlines()]
+    assert [["min", "no", "finite", "values"], ["max", "no", "finite", "values"],
+            ["mean", "no", "finite", "values"]] == [w for w in said if w[:1] in (["min"], ["max"], ["mean"])]
     foreign = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d|^\[(DEBUG|INFO|WARNING|ERROR)\] [A-Z_]+\(\d+", re.MULTILINE)
     assert not foreign.search(hit.stdout + hit.stderr), hit.stdout + hit.stderr   # only our lines
 

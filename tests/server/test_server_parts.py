@@ -182,3 +182,6 @@ def test_the_trainings_warnings_reach_the_prompt_once_and_only_whole_lines(tmp_p
     assert notices.new() == ["error from the training: rank 0: debugger: capturing failed"]
     assert notices.new() == [] and TrainingNotices(None).new() == []
     assert TrainingNotices(tmp_path / "not-yet.log").new() == []
+    log.write_text(log.read_text() + "[msdebug] WARNING rank 0: stopping training: the debugger server asked to "
+                   "terminate the training at step 2\n")
+    assert notices.new() == []          # the prompt's own terminate, echoed: said already
