@@ -13,7 +13,6 @@ import pexpect
 import pytest
 
 from project import EXAMPLES
-from mindinsight_server import free_port
 from server_training import PLAIN, training
 
 from msdebug_cli import cli_env, run_msdebug  # noqa: E402
@@ -180,12 +179,14 @@ def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_en
 
 @pytest.mark.mindspore
 def test_serve_drives_a_training_started_elsewhere_and_takes_its_next_one_with_the_watchpoints(tmp_path):
-    port = free_port()
-    serve = subprocess.Popen([sys.executable, "-m", "msdebug_hooks", "serve", "--port", str(port), "-c",
+    # --port 0 (issue 32 point 4): a free port, printed where the training's variables are
+    serve = subprocess.Popen([sys.executable, "-m", "msdebug_hooks", "serve", "--port", "0", "-c",
                               "watch weight_overflow; step 1; continue; wait 120; continue; stats conv1.weight"],
                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        assert f"listening on 127.0.0.1:{port}" in serve.stdout.readline()
+        first = serve.stdout.readline()
+        port = int(re.search(r"listening on 127\.0\.0\.1:(\d+);", first).group(1))
+        assert port > 0 and f"MS_DEBUGGER_PORT={port}" in first, first
         with training(tmp_path, port, "--batches", "6", "--trainings", "2", "--nan-batch", "3", "--nan-training",
                       "2") as run:
             out, _ = serve.communicate(timeout=240)
@@ -208,7 +209,8 @@ def test_serve_and_debug_refuse_a_port_in_use_and_bad_values_with_exit_2():
         busy = _msdebug("serve", "--port", str(port), "-c", "status", timeout=60)
     assert busy.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
     assert "Traceback" not in busy.stderr
-    for args, message in ((("serve", "--port", "0"), "--port=0 is not allowed"),
+    for args, message in ((("serve", "--port", "0", "--ranks", "2"), "--port=0 is not allowed: 1..65534 (0, a free "
+                                                                     "port, with --ranks 1 only)"),
                           (("serve", "--ranks", "0"), "--ranks=0 is not allowed"),
                           (("debug", "--port", "70000", str(PLAIN)), "port=70000 is not allowed"),
                           (("serve", "-x", "/nonexistent/commands.txt"), "--command-file='/nonexistent/commands.txt'"),
