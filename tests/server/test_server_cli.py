@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pexpect
 import pytest
@@ -115,6 +116,10 @@ def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
     said = [line.split() for line in hit.stdout.splitlines()]
     assert [["min", "no", "finite", "values"], ["max", "no", "finite", "values"],
             ["mean", "no", "finite", "values"]] == [w for w in said if w[:1] in (["min"], ["max"], ["mean"])]
+    # issue 32 point 5: the log the command made (path printed at the start) is removed at its end (exit 1 here)
+    log = Path(re.search(r"its output goes to (\S+)$", hit.stdout, re.MULTILINE).group(1))
+    assert f"msdebug debug: removed the training's output log {log} (--output FILE keeps it)" in hit.stdout
+    assert not log.exists()
     foreign = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d|^\[(DEBUG|INFO|WARNING|ERROR)\] [A-Z_]+\(\d+", re.MULTILINE)
     assert not foreign.search(hit.stdout + hit.stderr), hit.stdout + hit.stderr   # only our lines
 
@@ -129,6 +134,10 @@ def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
     assert "condition='weight_overflw' is not allowed" in bad.stdout and "(msdebug job 1 step 0 waiting) continue" \
         not in bad.stdout                                                     # stopped at the bad command
     assert "training exited with code 0" in bad.stdout                        # and ended the training cleanly
+    kept = Path(re.search(r"its output goes to (\S+)$", bad.stdout, re.MULTILINE).group(1))
+    assert bad.stdout.rstrip().endswith(f"msdebug debug: the training's output is kept in {kept}")   # exit 2: kept
+    assert kept.is_file() and "msdebug run: debugger attached" in kept.read_text()
+    kept.unlink()
 
     missing = _msdebug("debug", "-c", "continue", str(tmp_path / "nope.py"))
     assert missing.returncode == 2 and "script=" in missing.stderr and "Traceback" not in missing.stderr
