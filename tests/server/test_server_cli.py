@@ -144,7 +144,7 @@ def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
 
 
 @pytest.mark.mindspore
-def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_ends_it_without_a_kill():
+def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_ends_it_without_a_kill(tmp_path):
     """A script with several ``Model.train`` calls (one per epoch is common): ``continue`` runs on into the next
     training, which gets the watchpoints of the one before, so the whole script stays watched; one still connecting
     after the session ended is terminated at step 0, so the script ends on its own (no 60 s wait, no kill)."""
@@ -164,7 +164,9 @@ def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_en
     (row,) = [line for line in second.stdout.splitlines() if "conv1.weight" in line and "weight_overflow" in line]
     assert row.split()[:2] == ["2", "0"]
 
-    other = _msdebug("debug", "-c", "watch weight_overflow; watch weight_too_large:abs_mean_gt=100 fc3.weight; "
+    # exit 2 keeps the command's own log: these two write theirs under tmp_path instead of the temp directory
+    other = _msdebug("debug", "--output", str(tmp_path / "other.log"), "-c", "watch weight_overflow; watch "
+                     "weight_too_large:abs_mean_gt=100 fc3.weight; "
                      "continue", str(PLAIN), "--batches", "3", "--trainings", "2", "--retrain-small")
     assert other.returncode == 2, other.stdout + other.stderr   # training 2 could not be watched as asked
     assert "watchpoint 1: weight_overflow on 2 node(s) set again" in other.stdout   # every weight of the new network
@@ -172,8 +174,8 @@ def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_en
         in other.stdout
     assert "training exited with code 0" in other.stdout and "killed" not in other.stdout
 
-    hung = _msdebug("debug", "--timeout", "4", "-c", "continue", str(PLAIN), "--batches", "3", "--trainings", "2",
-                    "--pause-between", "60")
+    hung = _msdebug("debug", "--output", str(tmp_path / "hung.log"), "--timeout", "4", "-c", "continue", str(PLAIN),
+                    "--batches", "3", "--trainings", "2", "--pause-between", "60")
     assert hung.returncode == 2, hung.stdout + hung.stderr     # its second training could not be looked at
     assert "*** the script neither trained again nor exited within 4 s of its training's end; killed" in hung.stdout
     assert "training exited with code -9" in hung.stdout
