@@ -138,7 +138,9 @@ def test_api_reports_a_signal_as_crashed_with_its_exit_code(tmp_path, launcher, 
     ("jit", "raise", "crashed: the training raised at step 3: RuntimeError: the data of step 4 is corrupt"),
     # the training is the test's child: a zombie until the test reaps it, so serve sees its code
     ("functional", "sigterm", "crashed: its process (pid "),
-], ids=["jit-raise", "functional-sigterm"])
+    # a clean loop, then sys.exit(1), in a process its shell reaps at once: the client says the status it saw
+    ("jit", "none", "crashed: its training loop ended at step 6, then its script called sys.exit(1)"),
+], ids=["jit-raise", "functional-sigterm", "jit-exit-1"])
 def test_serve_says_crashed_and_exits_2_for_a_training_started_elsewhere(tmp_path, style, end, said):
     """``msdebug serve`` cannot read the exit code of a process it did not start: the client's own word (raise), or
     the process vanishing (SIGTERM: crashed while its zombie shows the code, lost once its parent reaped it) makes
@@ -148,8 +150,8 @@ def test_serve_says_crashed_and_exits_2_for_a_training_started_elsewhere(tmp_pat
                               "continue"], env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert f"listening on 127.0.0.1:{port}" in serve.stdout.readline()
-        with training(tmp_path, port, "--style", style, "--end", end, "--at", "3", script=SCRIPT,
-                      log_args=False) as run:
+        with training(tmp_path, port, "--style", style, "--end", end, "--at", "3", "--exit", "1", script=SCRIPT,
+                      log_args=False, reaped=end == "none") as run:
             out, _ = serve.communicate(timeout=240)
             assert run.proc.wait(60) != 0
     finally:
