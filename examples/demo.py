@@ -146,6 +146,8 @@ def main(argv=None) -> int:
     workdir = Path(args.workdir).resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="msdebug-demo-"))
     for stale in ("dump", "last_good"):      # a previous demo run in the same directory
         shutil.rmtree(workdir / stale, ignore_errors=True)
+    say(f"The demo's outputs (checkpoints, dump config, dump) go to {workdir}"
+        f"{'; removed at the end (--clean)' if args.clean else ''}\n")
     try:
         guard = first_run(workdir)
         dump_dir = rerun(workdir, guard)
@@ -154,6 +156,10 @@ def main(argv=None) -> int:
         if args.clean:
             shutil.rmtree(workdir, ignore_errors=True)
             say(f"\n   (removed {workdir})")
+        else:
+            size = sum(f.stat().st_size for f in workdir.rglob("*") if f.is_file()) / 2**20
+            say(f"\nThe demo's outputs are kept in {workdir} ({size:.1f} MB): remove it with rm -r {workdir}, or run "
+                "the demo with --clean")
     return 0
 
 

@@ -37,6 +37,10 @@ def test_demo_catches_the_divergence_and_leaves_a_dump_of_just_the_failing_itera
     assert "First NaN/Inf: output 0 of inputs0 (dump iteration 4)" in out
     assert "First operator it reached: Default/network-WithLossCell/_backbone-LeNet5/conv1-Conv2d/Conv2D-op" in out
     assert re.search(r"source line: .*lenet\.py:\d+: x = self\.max_pool2d\(self\.relu\(self\.conv1\(x\)\)\)", out)
+    # issue 32 point 5: where the outputs go is said first, and at the end how much is left there
+    assert out.startswith(f"The demo's outputs (checkpoints, dump config, dump) go to {tmp_path}\n")
+    assert re.search(rf"The demo's outputs are kept in {re.escape(str(tmp_path))} \(\d+\.\d MB\): remove it with "
+                     rf"rm -r {re.escape(str(tmp_path))}, or run the demo with --clean\n$", out), out[-300:]
 
 
 def test_stop_at_step_example():

@@ -21,6 +21,7 @@ from mindspore.train import Callback
 from msdebug_hooks._log import get_logger
 from msdebug_hooks.stop_agreement import AgreedStop, StopDecision, stop_line
 from msdebug_hooks.training_loop import format_loss, overflow_flag, request_stop, step_loss
+from msdebug_hooks.callbacks.loss_guard_recipe import rerun_recipe
 from msdebug_hooks.callbacks.guard_first import GUARD_RANK, go_first, monitor_line, monitor_place, undo
 from msdebug_hooks.callbacks.stop_at_step import StopAtStep
 from msdebug_hooks.conditions import TensorOverflowCondition
@@ -313,30 +314,15 @@ class LossGuard(AgreedStop, Callback):
             self._save_last_good(cb_params)
         if self.raise_error:
             _LOG.error("%s; raising LossGuardError (other callbacks' end hooks will not run)", failure.describe())
-            self._log_recipe()
+            self._log_recipe(cb_params)
             raise LossGuardError(failure.describe(), step=failure.step, epoch=failure.epoch, reason=failure.reason,
                                  loss=failure.loss)
-        self._log_recipe()
+        self._log_recipe(cb_params)
         if self._monitor_place is not None and failure.loss is not None and not math.isfinite(failure.loss):
             _LOG.warning("%s", monitor_line(failure.step, self._monitor_place, self.quiet_loss_monitor))
 
-    def _log_recipe(self) -> None:
-        step = self.failed_step
-        lines = [f"LossGuard rerun recipe for step {step}: in a fresh process, dump 0-based iterations "
-                 f"{max(0, step - 2)}|{step - 1} (steps {max(1, step - 1)} and {step}) and stop right after step "
-                 f"{step}:"]
-        try:
-            import json
-
-            config = self.dump_config()
-            lines.append("  guard.dump_config(path).apply()  ->  " + json.dumps(config.to_dict(), sort_keys=True))
-        except Exception as error:  # the recipe must never hide the failure it reports
-            lines.append(f"  guard.dump_config(path).apply()  (dump config unavailable: {error})")
-        lines.append(f"  model.train(..., callbacks=[StopAtStep({step})])  # guard.rerun_callbacks()")
-        if self.last_good_checkpoint is not None:
-            lines.append(f"  last good parameters: {self.last_good_checkpoint}")
-        lines.append("  then: msdebug check-dump <dump path>")
-        _LOG.warning("%s", "\n".join(lines))
+    def _log_recipe(self, cb_params: Any = None) -> None:
+        _LOG.warning("%s", rerun_recipe(self, cb_params))
 
     def _take_snapshot(self, cb_params: Any, step: Optional[int] = None) -> None:
         network = _train_network(cb_params)

@@ -26,6 +26,7 @@ from msdebug_hooks.stop_agreement import AgreedStop, StopDecision
 from msdebug_hooks.parameter_views import ParameterViews
 from msdebug_hooks.callbacks._weight_sample import WeightSample
 from msdebug_hooks.callbacks._weight_screen import WeightScreen
+from msdebug_hooks.callbacks.weight_causes import summary, unchanged_cause
 from msdebug_hooks.conditions import warm_up_statistics
 from msdebug_hooks.training_loop import request_stop
 from msdebug_hooks.errors import ConfigError
@@ -79,9 +80,12 @@ class WeightMonitor(AgreedStop, Callback):
     Parameters with ``requires_grad=False`` are frozen on purpose: they are skipped and named once at the start.
     ``parameters`` narrows the check to names matching a regular expression (or to a list of exact names).
     Every finding is kept in ``problems`` (the first ``MAX_RECORDS``; ``counts`` counts them all) and logged once
-    per parameter and kind. ``on_problem="stop"`` stops training cleanly after the step (other callbacks' end hooks
-    run); ``"raise"`` raises ``WeightProblemError`` after the step (they do not run). Both go through the ranks'
-    agreement in a multi-rank job (``stop_agreement.py``): every rank stops (or raises) after the same step.
+    per parameter and kind, a parameter that did not move at all with its likely cause read from the optimizer (left
+    out of it, a learning rate of 0, a gradient of 0: ``weight_causes.py``); ``on_train_end`` logs one summary line
+    of every finding (``checks`` counts the steps checked). ``on_problem="stop"`` stops training cleanly after the
+    step (other callbacks' end hooks run); ``"raise"`` raises ``WeightProblemError`` after the step (they do not
+    run). Both go through the ranks' agreement in a multi-rank job (``stop_agreement.py``): every rank stops (or
+    raises) after the same step.
 
     Example::
 
@@ -138,13 +142,17 @@ class WeightMonitor(AgreedStop, Callback):
         self._want_exact = False
         self._unchanged_verdict: dict[int, bool] = {}   # the last exact check's "unchanged" per sampled parameter
         self._started = False
+        self._optimizer: Any = None
+        self.checks = 0                         # steps checked in this training (the summary's count)
 
     # -- hooks -----------------------------------------------------------------------------------------------
     def on_train_begin(self, run_context: Any) -> None:
+        self.checks = 0
         self._snapshot(run_context.original_args())
 
     def _train_step_end(self, run_context: Any) -> None:
         cb_params = run_context.original_args()
+        self._optimizer = _get(cb_params, "optimizer")      # what "did not change" is explained from
         if not self._started:
             self._snapshot(cb_params)  # driven without on_train_begin: start comparing from here
             return
@@ -153,6 +161,7 @@ class WeightMonitor(AgreedStop, Callback):
         step = int(cb_params.cur_step_num)
         if step % self.every_n_steps:
             return
+        self.checks += 1
         found = self._check(step, cb_params)
         if found:
             self._act(run_context, found)
@@ -277,8 +286,11 @@ class WeightMonitor(AgreedStop, Callback):
     def _hint(self, problem: WeightProblem) -> str:
         """Why a parameter that did move reads as unchanged: its steps are inside the tolerances (a small learning
         rate, a LayerNorm gain with tiny gradients), which is worth saying once instead of looking like a dead layer."""
-        if problem.kind != UNCHANGED or not problem.actual_value:
+        if problem.kind != UNCHANGED:
             return ""
+        if not problem.actual_value:       # not moved at all: say why it likely did not (weight_causes.py)
+            param = next((p for p in self._params if p.name == problem.parameter), None)
+            return f"; {unchanged_cause(param, self._optimizer)}" if param is not None else ""
         return (f" (it moved, but within rtol={self._rtol:g}, atol={self._atol:g} of its previous value; "
                 "pass a smaller rtol if it legitimately updates in steps this small)")
 
@@ -300,6 +312,16 @@ class WeightMonitor(AgreedStop, Callback):
             return
         summary = "; ".join(_describe(p) for p in found)
         request_stop(run_context, _LOG, summary, source=self)
+
+    def on_train_end(self, run_context: Any) -> None:
+        """One summary line of the whole training's findings (a warning when there were any)."""
+        if not self._started:
+            return
+        first: dict[tuple[str, str], int] = {}
+        for problem in self.problems:
+            first.setdefault((problem.parameter, problem.kind), problem.step)
+        line = summary(self.checks, self.checked, self.counts, first)
+        (_LOG.warning if self.counts else _LOG.info)("%s", line)
 
     def on_agreed_stop(self, run_context: Any, decision: StopDecision) -> None:
         """With ``on_problem="raise"``: raise on every rank once the ranks agreed to stop on a weight problem."""

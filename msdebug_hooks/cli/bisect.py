@@ -117,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
                                   jobs=args.jobs, keep=args.keep, fresh=args.fresh, progress=say, **options)
     except ConfigError as exc:
         option = _OPTIONS.get(exc.field)
-        message = str(ConfigError(option, exc.value, exc.allowed) if option else exc)
+        # the API's None is an option left out here: not something to type
+        message = str(ConfigError(option, exc.value, exc.allowed.replace(" (or None)", "")) if option else exc)
         print(f"{PROG}: error: {message}", file=sys.stderr)
         _kept(args)
         return 2

@@ -78,8 +78,11 @@ def parse_range(text: Optional[str], field: str) -> Optional[list[int]]:
     values: set[int] = set()
     for part in re.split(r"[,|]", text.strip()):
         match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
-        if not match or (match[2] is not None and int(match[2]) < int(match[1])):
+        if not match:
             raise ConfigError(field, text, "non-negative ints and ranges like 2-3, 0,5 or 1|4-6")
+        if match[2] is not None and int(match[2]) < int(match[1]):
+            raise ConfigError(field, text, "ranges from low to high like 2-3, 0,5 or 1|4-6",
+                              detail=f"{part.strip()} is reversed: {match[2]}-{match[1]}")
         start = int(match[1])
         values.update(range(start, int(match[2] or start) + 1))
     return sorted(values)

@@ -2,9 +2,11 @@
 command, and drive it from a pdb-like prompt (or from ``-c`` commands, for CI).
 
 The script runs in a child process (its own session, so Ctrl-C at the prompt pauses the training instead of
-killing it) through ``msdebug run``; its output goes to a log file (``log`` at the prompt shows it) unless
-``--output -``. Exit code: the prompt's (``msdebug_hooks/server/shell_exit.py``): 0 no hit, 1 hits, 2 bad input or a
-training that could not be looked at.
+killing it) through ``msdebug run``; its output goes to a log file in the temp directory (its path is printed;
+``log`` at the prompt shows it) unless ``--output -``. That log is the command's: removed at its end unless the exit
+code is 2 (then kept, and its path said again); a log given with ``--output FILE`` is left alone. Exit code: the
+prompt's (``msdebug_hooks/server/shell_exit.py``): 0 no hit, 1 hits, 2 bad input or a training that could not be
+looked at.
 
 Example::
 
@@ -93,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         notices.release()
         process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
                                    start_new_session=True)
+        code = None
         try:
             code = run_session(server, lambda: server.wait_for_training(timeout=args.connect_timeout,
                                                                         process=process),
@@ -110,3 +113,19 @@ def run(args: argparse.Namespace) -> int:
                 process.wait(30)
             if out is not None:
                 out.close()
+            if log_path is not None and not args.output:
+                _own_log(log_path, code)
+
+
+def _own_log(log_path: Path, code: "int | None") -> None:
+    """The log this command made (no ``--output``): kept, and said so, when the session ended in exit 2 (a crash, a
+    signal, a training that could not be looked at, bad input) or was interrupted; removed otherwise, since the
+    prompt showed what mattered (hits, the training's warnings) and ``log`` showed the rest."""
+    if code is None or code == EXIT_BAD_INPUT:
+        print(f"msdebug debug: the training's output is kept in {log_path}", flush=True)
+        return
+    try:
+        log_path.unlink()
+    except OSError:
+        return
+    print(f"msdebug debug: removed the training's output log {log_path} (--output FILE keeps it)", flush=True)

@@ -6,6 +6,7 @@ the default location of ``DumpConfig.apply``) and prints ``export MINDSPORE_DUMP
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from msdebug_hooks.cli import EXIT_OK
@@ -43,8 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                '  eval "$(msdebug dump-config --path /data/dump --around-step 10 --print-env)"\n'
                '  msdebug dump-config --path /data/dump --kernels Conv2D "name-regex(Default/fc1.+)" --target CPU',
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--path", default="", help="absolute dump directory (letters, digits, '-', '_', '/' only); "
-                        "empty: $MS_DIAGNOSTIC_DATA_PATH/debug_dump")
+    parser.add_argument("--path", default="", help="dump directory (letters, digits, '-', '_', '/' only; a relative "
+                        "one is made absolute from the current directory); none: $MS_DIAGNOSTIC_DATA_PATH/debug_dump, "
+                        "refused when that is not set (nor --diagnostic-data-path)")
     parser.add_argument("--net-name", default="Net", help="directory name for the network (default Net)")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--iteration", default=None,
@@ -101,12 +103,27 @@ def _fields(args: argparse.Namespace) -> dict:
 
 def _run(args: argparse.Namespace) -> int:
     from msdebug_hooks.config._common import export_lines
-    from msdebug_hooks.config.dump import DumpConfig
+    from msdebug_hooks.config.dump import ENV_DIAGNOSTIC, DumpConfig
+    from msdebug_hooks.errors import ConfigError
 
     with warnings_to_stderr("dump-config"):
         fields = _fields(args)
+        if args.path and not os.path.isabs(os.path.expanduser(args.path)):
+            # MindSpore wants an absolute path and runs elsewhere: the one meant is the one below this shell's cwd
+            fields["path"] = os.path.abspath(os.path.expanduser(args.path))
+            print(f"msdebug dump-config: --path {args.path!r} is relative; the config names {fields['path']}",
+                  file=sys.stderr)
         config = (DumpConfig.around_step(args.around_step, **fields) if args.around_step is not None
                   else DumpConfig(**fields))
+        if not config.path:     # MindSpore then dumps under $MS_DIAGNOSTIC_DATA_PATH; refused as MindSpore would
+            source = dict(os.environ)
+            if args.diagnostic_data_path is not None:
+                source[ENV_DIAGNOSTIC] = args.diagnostic_data_path
+            if not source.get(ENV_DIAGNOSTIC):
+                raise ConfigError("--path", None, f"a dump directory, or {ENV_DIAGNOSTIC} (or --diagnostic-data-path) "
+                                                  "set, under which MindSpore dumps into debug_dump")
+            print(f"msdebug dump-config: no --path: MindSpore will dump into {config.dump_dir(source)} "
+                  f"(${ENV_DIAGNOSTIC}/debug_dump; export {ENV_DIAGNOSTIC} where the training runs)", file=sys.stderr)
         if not args.output and not args.print_env:
             print(config.to_json(), end="")
             return EXIT_OK

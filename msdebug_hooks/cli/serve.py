@@ -97,8 +97,10 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.ranks <= 1024:
         print(f"msdebug serve: error: --ranks={args.ranks} is not allowed: 1..1024", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if not 1 <= args.port <= 65535 - args.ranks + 1:
-        print(f"msdebug serve: error: --port={args.port} is not allowed: 1..{65536 - args.ranks}", file=sys.stderr)
+    if not (1 <= args.port <= 65535 - args.ranks + 1 or args.port == 0 and args.ranks == 1):
+        print(f"msdebug serve: error: --port={args.port} is not allowed: 1..{65536 - args.ranks}"
+              f"{' (0, a free port, with --ranks 1 only)' if args.port == 0 else ', or 0 for a free one'}",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     commands = read_commands(args)
     tls = read_tls(args)
@@ -113,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"msdebug serve: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     with server:
+        args.port = server.port                 # --port 0: the one the system chose, which the training needs
         ports = ",".join(map(str, server.ports))
         every = f" (msrun ... as well: rank r connects to {args.port} + r)" if args.ranks > 1 else ""
         print(f"msdebug serve: listening on {listened(args.host, ports)}{tls_phrase(tls)}; start the training with "

@@ -234,8 +234,12 @@ class _Bisection:
         settings = {"steps": self.steps}
         train_a = self._stage(self.a, "losses", "train", settings)
         train_b = self._stage(self.b, "losses", "train", settings)
-        self._both(lambda: self._run(train_a, "[1/4]", stop_after=self.steps),
-                   lambda: self._run(train_b, "[2/4]", stop_after=self.steps))
+
+        def first() -> None:
+            self._run(train_a, "[1/4]", stop_after=self.steps)
+            self._ranks(train_a)     # a run that recorded no loss (a hand-written loop) is refused before B runs
+
+        self._both(first, lambda: self._run(train_b, "[2/4]", stop_after=self.steps))
         self._compare_losses(train_a, train_b, result)
         if not self._dump_and_answer(result, ("[3/4]", "[4/4]")):
             return result

@@ -262,6 +262,10 @@ class DebuggerCallback(Callback):
             raise ConfigError("source", "dump", "the dump source for the first training of a process only",
                               detail="MindSpore reads the dump config once per process; this callback already "
                                      "served a training (use a new process, or source='light')")
+        if params.train_dataset is None:
+            raise ConfigError("source", "dump", "'light' for a hand-written training loop",
+                              detail="the dump source works with Model.train only, whose dataset gives the shapes "
+                                     "it compiles the network for before the first step")
         self._dump.configure()
         return self._dump.prepare(network, params.train_dataset,
                                   [(p.name, p.source, p.role) for p in light_graph.parameters.values()])

@@ -11,6 +11,7 @@ cleaning up; tmpfs is RAM) are removed when the next one is created.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -109,6 +110,7 @@ def configure_early(environ: Optional[Mapping[str, str]] = None) -> Optional[Pat
     except Exception:   # noqa: BLE001 - reported later, with the variable's name, by DebuggerCallback.from_env
         return None
     _early[os.getpid()] = (root, kernels)
+    atexit.register(shutil.rmtree, root, True)     # also when the script ends before any training used it
     return root
 
 

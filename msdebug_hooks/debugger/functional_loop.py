@@ -40,12 +40,11 @@ from __future__ import annotations
 
 import atexit
 import functools
-import sys
 import weakref
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from msdebug_hooks._log import get_logger
-from msdebug_hooks.debugger import hook_guard, owner
+from msdebug_hooks.debugger import hook_guard, owner, script_exit
 from msdebug_hooks.debugger.loop_parts import find_parts, model_optimizers
 
 __all__ = ["FunctionalLoop", "EXPLICIT_ROUTE"]
@@ -346,16 +345,18 @@ class FunctionalLoop:
                 pass
             from msdebug_hooks.debugger.session_link import process_exiting
 
-            process_exiting()
-            self._close(unhandled_exception())
+            process_exiting(script_exit.noted_status())
+            self._close(script_exit.unhandled_exception())
         elif not owner.ever_claimed() and not self.done and self._looped:
             _LOG.warning("debugger: ENABLE_MS_DEBUGGER is set but this script reached no training the debugger can "
                          "see (no Model.train / Model.fit, no mindspore.nn.Optimizer step); for a loop that updates "
                          f"its weights another way, add: {EXPLICIT_ROUTE}")
 
     def install_exit_hooks(self) -> None:
-        """Close the session when the script ends."""
+        """Close the session when the script ends; note the status the script gives ``sys.exit`` (the exit hook
+        cannot read the process's exit status, which a server that did not start the process cannot see either)."""
         atexit.register(self.at_exit)
+        script_exit.note_exit_status()
 
     def _fail(self, exc: BaseException) -> None:
         self._busy = False
@@ -372,18 +373,6 @@ class FunctionalLoop:
         if key not in self._said:
             self._said.add(key)
             _LOG.warning(message)
-
-
-def unhandled_exception() -> tuple:
-    """``(type, value, traceback)`` of the exception that ended the script, or ``(None, None, None)``.
-
-    Read at exit from ``sys.last_type`` / ``last_value`` / ``last_traceback``, which the interpreter sets before it
-    prints an uncaught exception (and so before ``atexit`` runs), and which ``msdebug run`` sets the same way for the
-    script it runs (``cli/_script.py``), where no exception reaches the interpreter."""
-    value = getattr(sys, "last_value", None)
-    if not isinstance(value, BaseException):
-        return None, None, None
-    return type(value), value, getattr(sys, "last_traceback", None)
 
 
 def _dataset_of(iterator: Any) -> Any:

@@ -20,10 +20,12 @@ cell level instead, with MindSpore's naming so that MindInsight classifies the n
   counts full names under ``Gradients/`` as gradients, so its gradient conditions select them), fed by the loss node;
 * every cell's node carries, as its stack (``source_address``), the ``def construct`` line of its class and of each
   cell containing it, innermost first (e.g. ``Conv2d`` in MindSpore, then the script's ``LeNet5``), so the UI's Stack
-  Info and "search by code line" find the layer; before them the script's line that defines the layer
+  Info and "search by code line" find the layer; before them the script's line that calls the layer
+  (``x = self.conv1(x)``, when its parent's ``construct`` calls it by attribute) and the one that defines it
   (``self.conv1 = nn.Conv2d(...)``), and for the loss node the script's line that computes the loss (under
-  ``Model.train``: the ``model.train(...)`` call); a gradient node carries its weight's definition
-  (``source_lines.py``). So a hit on a weight, a gradient or the loss names a line of the script.
+  ``Model.train``: the ``model.train(...)`` call); a gradient node carries its weight's layer's call and definition
+  (``source_lines.py``). So a hit on a weight, a gradient or the loss names a line of the script. A functional
+  operator (``ops.log(x)`` inside a ``construct``) has no node in this cell-level graph: the dump source has one.
 
 The result also says where each tensor comes from (``DebugGraph.parameters``, ``DebugGraph.loss_node``,
 ``DebugGraph.cells`` for cell outputs, ``DebugGraph.gradients`` and ``DebugGraph.updates`` for the weight behind a
@@ -40,7 +42,7 @@ import numpy as np
 
 from msdebug_hooks.wire import ms_graph_pb2 as graph_pb
 from msdebug_hooks.wire.dtypes import data_type
-from msdebug_hooks.debugger.source_lines import call_site_trace, definition_trace
+from msdebug_hooks.debugger.source_lines import call_site_trace, call_trace, definition_trace
 
 __all__ = ["GraphParameter", "DebugGraph", "build_graph", "scope_of", "DATA_INPUT", "LABEL_INPUT"]
 
@@ -196,17 +198,19 @@ def build_graph(network, *, optimizer=None, loss_fn=None, graph_name: str = "ker
                 continue
         inputs = [previous]
         scope = scope_of(path, classes)
+        called = call_trace(by_path, path)      # the line calling the layer, then the one defining it
         for param in own:
             role = "weight" if id(param) in trainable else "frozen"
             inputs.append(builder.parameter(param.name, role, param.shape, _numpy_dtype(param), param))
             weight_scopes.setdefault(param.name, scope)
-            weight_lines.setdefault(param.name, definition_trace(by_path, path, param))
+            weight_lines.setdefault(param.name, "\n".join(filter(None, (called, definition_trace(by_path, path,
+                                                                                                  param)))))
         is_loss = _is_loss(cell)
         if is_loss:
             inputs.append(builder.parameter(LABEL_INPUT, "input", (), np.dtype(np.int32)))
         output = _tensor_type(np.dtype(np.float32), None)
-        own_line = loss_line if is_loss else definition_trace(by_path, path)
-        stack = "\n".join(filter(None, (own_line, *(construct_stack(by_path[p]) for p in _self_and_ancestors(path)))))
+        own_lines = (loss_line,) if is_loss else (called, definition_trace(by_path, path))
+        stack = "\n".join(filter(None, (*own_lines, *(construct_stack(by_path[p]) for p in _self_and_ancestors(path)))))
         node_id, full_name = builder.node(cell.cls_name, scope, inputs, output, stack)
         if is_leaf(cell) and not is_loss:
             builder.graph.cells[full_name] = cell
@@ -244,17 +248,25 @@ def construct_stack(cell) -> str:
 
 def _add_gradients(builder: _Builder, optimizer, trainable: set[int], weight_scopes: dict[str, str],
                    loss_id: str, weight_lines: dict[str, str]) -> None:
-    """One gradient node per weight the optimizer updates, in its order (the order of the gradients it receives)."""
+    """One gradient node per weight the optimizer updates, in its order (the order of the gradients it receives),
+    each an input of its weight's ``Apply<Optimizer>`` node."""
     names = []
+    gradient_ids: dict[str, str] = {}
     for weight in optimizer.parameters:
         names.append(weight.name)
         if id(weight) not in trainable or weight.name not in builder.graph.parameters:
             continue
         scope = "Gradients/" + weight_scopes.get(weight.name, "Default")
-        _, full_name = builder.node(f"GradOf_{weight.name}", scope, [loss_id],
-                                    _tensor_type(_numpy_dtype(weight), weight.shape), weight_lines.get(weight.name, ""))
+        node_id, full_name = builder.node(f"GradOf_{weight.name}", scope, [loss_id],
+                                          _tensor_type(_numpy_dtype(weight), weight.shape),
+                                          weight_lines.get(weight.name, ""))
         builder.graph.gradients[full_name] = weight.name
+        gradient_ids[weight.name] = node_id
     builder.graph.optimizers.append((optimizer, names))
+    for node in builder.proto.node:      # the update consumes its gradient: an edge, so readers see the step's order
+        weight_name = builder.graph.updates.get(node.full_name)
+        if weight_name in gradient_ids:
+            node.input.add(name=gradient_ids[weight_name], type=graph_pb.InputProto.DATA_EDGE)
 
 
 def _add_optimizer(builder: _Builder, path: str, optimizer, classes: dict[str, str], trainable: set[int]) -> None:

@@ -37,14 +37,16 @@ __all__ = ["Decision", "SessionState", "SessionLink", "REPORTED_BACKEND", "proce
 
 _LOG = get_logger("debugger")
 REPORTED_BACKEND = "GPU"   # MindInsight 2.3.1 offers watchpoint conditions only for "GPU" and "Ascend"
-_EXITING = [False]         # the interpreter is exiting: a training-done said now is the process's last word
+_EXITING: list = [False, None]   # the interpreter is exiting (a training-done said now is the process's last word);
+                                 # the non-zero status the script gave sys.exit, if any
 
 
-def process_exiting() -> None:
+def process_exiting(exit_status: Optional[int] = None) -> None:
     """Called at the interpreter's exit before a training is closed there (``FunctionalLoop.at_exit``): its
     training-done says so (``client_facts.AT_EXIT_MARK``), so a server watching the process takes its exit status,
-    not the clean end, as the last word."""
-    _EXITING[0] = True
+    not the clean end, as the last word; ``exit_status``: a non-zero status the script gave ``sys.exit``, said
+    with it for a server that cannot see the exit code."""
+    _EXITING[0], _EXITING[1] = True, exit_status
 
 
 class Decision(enum.Enum):
@@ -160,7 +162,7 @@ class SessionLink:
         what training raised, if it did; its last line goes with the message (``client_facts.py``), so our server
         says crashed, not finished."""
         if self.state in (SessionState.SUSPENDED, SessionState.RUNNING):
-            note = error_note(error, at_exit=_EXITING[0])
+            note = error_note(error, at_exit=_EXITING[0], exit_status=_EXITING[1])
             try:
                 self.transport.send_metadata(self._metadata(cur_node=note or "", training_done=True))
             except TransportError as exc:

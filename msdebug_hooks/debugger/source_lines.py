@@ -1,5 +1,5 @@
 """The training's own source lines for the light graph's nodes (``graph.py``), so that a hit names a line the person
-wrote: where a layer or a parameter is defined, and where the loss is computed.
+wrote: where a layer is called and defined, where a parameter is defined, and where the loss is computed.
 
 Why: a cell-level graph has no operator trace; without this its stacks hold only ``def construct`` lines, which do
 not say which layer a node is, and a weight, a gradient or the loss has no source line at all. So:
@@ -9,6 +9,9 @@ not say which layer a node is, and a weight, a gradient or the loss has no sourc
   MindSpore's code (``WithLossCell``'s ``self._backbone = backbone``), the search goes one cell up, until a line of
   the training's own code. A parameter's definition starts the same way at its own cell (``self.weight =
   Parameter(...)`` in ``Dense``: MindSpore's, so the line that defines that ``Dense`` in the script);
+* a layer's call is the first ``self.<attr>(...)`` in its parent's ``construct`` (the class's own, or the nearest
+  base's), going one cell up while that is MindSpore's code. A layer called only through a container or a loop
+  (``for layer in self.layers: x = layer(x)``) has no such line: its definition is what is shown;
 * the loss's computation is the innermost frame of the training's own code on the stack while the graph is built:
   under ``Model.train`` that is the ``model.train(...)`` line (MindSpore computes the loss inside it).
 
@@ -29,7 +32,7 @@ import sysconfig
 import textwrap
 from typing import Any, Mapping, Optional
 
-__all__ = ["definition_trace", "call_site_trace", "trace_line", "is_own_code"]
+__all__ = ["definition_trace", "call_trace", "call_site_trace", "trace_line", "is_own_code"]
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))          # msdebug_hooks/
 _STDLIB = tuple(os.path.abspath(p) for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
@@ -78,6 +81,48 @@ def _assignments(cls: type) -> Mapping[str, tuple[str, int, str]]:
                 code = lines[node.lineno - 1] if node.lineno - 1 < len(lines) else ""
                 found.setdefault(target.attr, (path, number, code.strip()))
     return found
+
+
+@functools.lru_cache(maxsize=512)
+def _calls(cls: type) -> Mapping[str, tuple[str, int, str]]:
+    """``attr -> (file, line, code)`` of the first ``self.<attr>(...)`` call in the class's own ``construct``."""
+    construct = cls.__dict__.get("construct")
+    try:
+        path = inspect.getsourcefile(construct)
+        lines, first = inspect.getsourcelines(construct)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (TypeError, OSError, SyntaxError):
+        return {}
+    if not path:
+        return {}
+    found: dict[str, tuple[str, int, str]] = {}
+    for node in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset)):
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            code = lines[node.lineno - 1] if node.lineno - 1 < len(lines) else ""
+            found.setdefault(func.attr, (path, first + node.lineno - 1, code.strip()))
+    return found
+
+
+def call_trace(cells: Mapping[str, Any], path: str) -> str:
+    """The frame of the training's own line that calls the cell at dotted ``path`` (``self.<attr>(...)`` in its
+    parent's ``construct``, or the nearest base's that has one; the first such call), going one cell up while that
+    line is MindSpore's (``WithLossCell`` calling its backbone); "" when none is found (a layer called through a
+    list or a loop, ``for layer in self.layers``: the definition is then the line shown)."""
+    owner, attr = _parent(path)
+    while owner is not None and attr:
+        cell = cells.get(owner)
+        where = None
+        for cls in type(cell).__mro__ if cell is not None else ():
+            if "construct" in cls.__dict__:
+                where = _calls(cls).get(attr)
+                break
+        if where is not None and is_own_code(where[0]):
+            return trace_line(*where)
+        if where is None:
+            return ""
+        owner, attr = _parent(owner)
+    return ""
 
 
 def _assigned_in(cell: Any, attr: str) -> Optional[tuple[str, int, str]]:

@@ -78,7 +78,8 @@ class NetworkTensors(GraphTensorSource):
             return f"capturing it failed ({self.capture.failed[name][:200]}) and was switched off"
         if name in self.graph.cells or name in self.graph.gradients:
             return ("cell outputs and gradients are captured in PyNative mode only (in GRAPH_MODE a hook would cost "
-                    "a host round trip every step); use MS_DEBUGGER_SOURCE=dump for operator values in GRAPH_MODE")
+                    "a host round trip every step); for operator values train in PyNative mode while debugging, or "
+                    "use the dump source (MS_DEBUGGER_SOURCE=dump, msdebug debug --source dump; Model.train only)")
         return "the light source has no value for this node"
 
     def want(self, names: Iterable[str]) -> None:

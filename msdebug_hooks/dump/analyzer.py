@@ -104,10 +104,21 @@ class DumpAnalyzer:
 
         Without ``graphs/`` nodes have no source lines (``select_by="code_stack"`` finds nothing) and keep the
         names of their files; without ``execution_order/`` hits within an iteration are not in the order the
-        operators ran (a gradient may come before the forward operator that caused it).
+        operators ran (a gradient may come before the forward operator that caused it). A rank with no operator
+        under ``Gradients/`` holds no backward pass: MindSpore dumps what runs as a graph, so a PyNative training
+        without ``@jit`` leaves only its optimizer's update in the dump (an inference dump has none either).
         """
         notes = []
         for rank in self.get_ranks():
+            operators = self.list_nodes(rank, OPERATOR)
+            if operators and not any(n.name.startswith("Gradients/") for n in operators):
+                kinds = sorted({n._info.op_type for n in operators})
+                notes.append(f"rank_{rank}: no operator of a backward pass (none under Gradients/); only "
+                             f"{len(operators)} operator(s) of type {', '.join(kinds[:6])}"
+                             f"{' ...' if len(kinds) > 6 else ''} were dumped. MindSpore dumps what runs as a graph: "
+                             "a PyNative training without @mindspore.jit dumps its optimizer alone, not the forward "
+                             "and backward passes (dump in GRAPH_MODE, or put the training step under "
+                             "@mindspore.jit); an inference has no backward pass")
             for graph_id in self._dump.graphs(rank):
                 where = f"rank_{rank}, graph {graph_id}"
                 if self._dump.ir_graph(rank, graph_id) is None:

@@ -113,6 +113,7 @@ class JobGraph:
         self.graph_names = list(graph_names)
         self._by_name = {n.name: n for n in self.nodes}
         self._by_short: dict[str, list[Node]] = {}
+        self._after_backward: Optional[frozenset[str]] = None
         for node in self.nodes:
             self._by_short.setdefault(node.short_name, []).append(node)
 
@@ -126,14 +127,38 @@ class JobGraph:
         return isinstance(name, str) and self.find(name) is not None
 
     def find(self, name: str) -> Optional[Node]:
-        """The node called ``name`` (full name, or a unique last component such as ``fc1.weight``), or None."""
+        """The node called ``name`` (full name, or a unique last component such as ``fc1.weight``), or None. The
+        prompt's shortened form (``.../conv1-Conv2d/conv1.weight``, ``...v1-Conv2d/conv1.weight``) is the end of a
+        full name: it finds the one node whose name ends so."""
         node = self._by_name.get(name)
         if node is not None:
             return node
+        if name.startswith("...") and len(name) > 3:
+            ending = [n for n in self.nodes if n.name.endswith(name[3:])]
+            return ending[0] if len(ending) == 1 else None
         same = self._by_short.get(name.rsplit("/", 1)[-1], [])
         if len(same) == 1 and (name == same[0].short_name or same[0].name.endswith("/" + name)):
             return same[0]
         return None
+
+    def after_backward(self) -> frozenset[str]:
+        """Op nodes that run after the backward pass: fed by a gradient node, directly or through other ops (the
+        optimizer's updates such as ``ApplyMomentum``, a weight decay on the gradients). Read from the graph's edges,
+        once."""
+        if self._after_backward is None:
+            consumers: dict[str, list[Node]] = {}
+            for node in self.nodes:
+                for source in node.inputs:
+                    consumers.setdefault(source, []).append(node)
+            todo = [n.name for n in self.nodes if n.category == "gradient"]
+            found: set[str] = set()
+            while todo:
+                for node in consumers.get(todo.pop(), ()):
+                    if node.category != "gradient" and not node.is_parameter and node.name not in found:
+                        found.add(node.name)
+                        todo.append(node.name)
+            self._after_backward = frozenset(found)
+        return self._after_backward
 
     def node(self, name: str) -> Node:
         """Like ``find``; ``KeyError`` naming close matches when there is no such node."""

@@ -46,6 +46,7 @@ from msdebug_hooks.server.shell_parse import BadCommand
 from msdebug_hooks.server.shell_run import RunCommands
 from msdebug_hooks.server.shell_views import ViewCommands
 from msdebug_hooks.server.shell_watch import WatchCommands
+from msdebug_hooks.server.training_notices import TrainingNotices
 
 __all__ = ["DebuggerShell", "run_session"]
 
@@ -73,6 +74,7 @@ class DebuggerShell(ShellCompletion, ShellHelp, JobCommands, RunCommands, HitCom
         self.interactive = interactive
         self.timeout = timeout
         self.output_log = output_log
+        self.notices = TrainingNotices(output_log)     # the training's warnings, shown here once
         self.saw_hits = False
         self.bad_input = False
         self.done = False
@@ -104,8 +106,14 @@ class DebuggerShell(ShellCompletion, ShellHelp, JobCommands, RunCommands, HitCom
         return list(self.group.jobs) if self.group is not None else [self._job()]
 
     def postcmd(self, stop: bool, line: str) -> bool:
+        self.show_notices()
         self._update_prompt()
         return stop or self.done
+
+    def show_notices(self) -> None:
+        """The warnings the training wrote to its output log since the last look (``training_notices.py``)."""
+        for notice in self.notices.new():
+            self.say(f"!!! {notice}")
 
     def emptyline(self) -> bool:
         return False
@@ -153,6 +161,7 @@ class DebuggerShell(ShellCompletion, ShellHelp, JobCommands, RunCommands, HitCom
         for line in commands:
             self.say(f"{self.prompt}{line}")
             self.onecmd(line)
+            self.show_notices()
             self._update_prompt()
             if self.bad_input or self.done:
                 break
@@ -168,6 +177,7 @@ class DebuggerShell(ShellCompletion, ShellHelp, JobCommands, RunCommands, HitCom
                 self.say(f"*** could not terminate the training: {exc}")
         lost = [job for job in jobs if job.state in (JobState.LOST, JobState.CRASHED)]   # could not look to the end
         self._reap()
+        self.show_notices()
         for job in lost:
             self.say(f"*** job {job.id} (rank {job.rank}) {job.state}: {job.reason}")
         return exit_code(self.saw_hits, self.bad_input or not jobs or bool(lost))
@@ -231,6 +241,7 @@ def run_session(server: DebuggerServer, connect: Callable[[], "Job | RankGroup"]
     for job in shell._jobs():
         shell.say(f"job {job.id} connected from {job.peer} (rank {job.rank}, MindSpore {job.ms_version}): "
                   f"{len(job.graph)} nodes, waiting at step {job.step}")
+    shell.show_notices()
     shell.say("type help for commands" + ("; run commands act on every rank, views on the current one (job N)"
                                           if shell.group is not None else ""))
     if commands is not None:

@@ -46,7 +46,7 @@ class ViewCommands:
     def do_source(self, arg: str) -> None:
         """source NAME (where): the source lines behind a node, innermost first; > marks the training's own line.
         A parameter has none of its own: it shows those of the op it feeds (with our light source, the line that
-        defines its layer)."""
+        calls its layer, then the one that defines it)."""
         node = self._node(arg.strip())
         stack = node.stack or node.borrowed_stack
         if not stack:
@@ -82,8 +82,11 @@ class ViewCommands:
         """stats NAME [previous] [slot=N]: statistics of a node's output (computed by the training)."""
         (name,), step, slot = self._tensor_args(arg)
         s = self._job().statistics(name, step, slot=slot)
-        rows = [("dtype", s.dtype), ("shape", list(s.shape)), ("count", s.count), ("min", s.min), ("max", s.max),
-                ("mean", s.mean), ("nan", s.nan_count), ("+inf", s.pos_inf_count), ("-inf", s.neg_inf_count),
+        none = "no finite values"          # not the protocol's 0: a NaN tensor has no min, max or mean
+        rows = [("dtype", s.dtype), ("shape", list(s.shape)), ("count", s.count),
+                ("min", s.min if s.finite_count else none), ("max", s.max if s.finite_count else none),
+                ("mean", s.mean if s.finite_count else none), ("nan", s.nan_count), ("+inf", s.pos_inf_count),
+                ("-inf", s.neg_inf_count),
                 ("zero", s.zero_count), ("< 0", s.negative_count), ("> 0", s.positive_count)]
         self.say(f"{self._node(name).name} ({step}, step {self._job().step}):")
         self.say(table(rows, ("statistic", "value"), numeric=(1,)))

@@ -75,7 +75,8 @@ def assemble(pieces: Iterable[graph_pb.TensorProto]) -> list[ReceivedTensor]:
 @dataclass(frozen=True)
 class TensorStats:
     """Statistics the training computed (``ViewCMD`` level statistics): min, max and mean over finite values, as
-    MindInsight shows them; counts over all elements. ``available`` is False when the training had no value."""
+    MindInsight shows them (NaN when no element is finite, where the protocol sends 0); counts over all elements.
+    ``available`` is False when the training had no value."""
 
     available: bool
     dtype: str
@@ -91,6 +92,11 @@ class TensorStats:
     negative_count: int
     positive_count: int
 
+    @property
+    def finite_count(self) -> int:
+        """Elements that are neither NaN nor +-Inf: min, max and mean are over these (NaN when there are none)."""
+        return self.count - self.nan_count - self.pos_inf_count - self.neg_inf_count
+
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
@@ -105,7 +111,9 @@ def _dtype_name(data_type: int) -> str:
 def stats_from_summary(summary: pb.TensorSummary) -> TensorStats:
     base, s = summary.tensor_base, summary.statistics
     available = base.data_size > 0
+    # the protocol sends 0 for min / max / mean where no value is finite: NaN says there is none
+    finite = int(s.count) - int(s.nan_count) - int(s.pos_inf_count) - int(s.neg_inf_count) > 0
+    low, high, mean = (float(s.min_value), float(s.max_value), float(s.avg_value)) if finite else (float("nan"),) * 3
     return TensorStats(available, _dtype_name(base.data_type) if available else "", tuple(int(d) for d in base.shape)
-                       if available else (), int(s.count), float(s.min_value), float(s.max_value),
-                       float(s.avg_value), int(s.nan_count), int(s.pos_inf_count), int(s.neg_inf_count),
-                       int(s.zero_count), int(s.neg_zero_count), int(s.pos_zero_count))
+                       if available else (), int(s.count), low, high, mean, int(s.nan_count), int(s.pos_inf_count),
+                       int(s.neg_inf_count), int(s.zero_count), int(s.neg_zero_count), int(s.pos_zero_count))

@@ -7,7 +7,9 @@ A clean training-done is not always the last word. A hand-written loop's end is 
 signal): such a message is marked as said at exit (``wire/client_facts.py``), and while this server watches the
 process (``liveness.py``) the job stays ``running`` until the process exits: ``finished`` on exit code 0,
 ``crashed`` with the code otherwise. ``EXIT_PATIENCE`` bounds that wait, for a process that lingers after its last
-word; an exit code this server cannot see (not its child) leaves the clean word standing.
+word. Where this server cannot see the exit code (a process it did not start, reaped by its own parent), the
+client's word decides: ``crashed`` when the script gave ``sys.exit`` a non-zero status (the word carries it),
+``finished`` otherwise.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Optional
 
 from msdebug_hooks.server.errors import JobCrashed, JobLost, JobStateError
 from msdebug_hooks.server.states import JobState
-from msdebug_hooks.wire.client_facts import parse_error, said_at_exit
+from msdebug_hooks.wire.client_facts import exit_status_said, parse_error, said_at_exit
 
 __all__ = ["TrainingEnd", "EXIT_PATIENCE"]
 
@@ -46,6 +48,10 @@ class TrainingEnd:
         self.error = parse_error(cur_node)
         if self.error is not None:
             self._end(JobState.CRASHED, f"the training raised at step {self.step}: {self.error}")
+        elif said_at_exit(cur_node) and exit_status_said(cur_node) is not None and \
+                (self._process is None or not self._process.exit_visible):
+            self._end(JobState.CRASHED, f"its training loop ended at step {self.step}, then its script called "
+                                        f"sys.exit({exit_status_said(cur_node)})")
         elif said_at_exit(cur_node) and self._process is not None:
             self._exiting = time.monotonic()
             self._left, self._held = 0, False

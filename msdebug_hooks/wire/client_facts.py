@@ -12,7 +12,10 @@
   training-done message but the flag; our server reports the training ``crashed`` with that line, not ``finished``.
   A clean training-done said at the interpreter's exit (a hand-written loop's end is seen only then) carries
   ``msdebug-hooks:at-exit``: the process's exit status, which the client cannot see from there (``sys.exit(1)``
-  after the loop), decides, so a server that watches the process waits for it before it says ``finished``.
+  after the loop), decides, so a server that watches the process waits for it before it says ``finished``. When the
+  script called ``sys.exit`` with a non-zero status before that exit, the mark carries it
+  (``msdebug-hooks:at-exit:status=1``), for a server that cannot see the exit code (a process it did not start,
+  reaped by its own parent).
 
 The client writes these (``heartbeat_message``, ``error_note``) and the server reads them (``parse_heartbeat``,
 ``parse_error``): one module, so the two sides cannot drift apart.
@@ -28,7 +31,7 @@ from typing import Optional
 from msdebug_hooks.wire.protocol import FREE_RUN_CAPABLE
 
 __all__ = ["ClientFacts", "heartbeat_message", "parse_heartbeat", "ERROR_MARK", "AT_EXIT_MARK", "error_note",
-           "parse_error", "said_at_exit"]
+           "parse_error", "said_at_exit", "exit_status_said"]
 
 ERROR_MARK = "msdebug-hooks:error:"
 AT_EXIT_MARK = "msdebug-hooks:at-exit"
@@ -72,10 +75,14 @@ def parse_heartbeat(message: str) -> ClientFacts:
     return ClientFacts(free_run=FREE_RUN_CAPABLE in (message or ""), **values)
 
 
-def error_note(error: Optional[BaseException], *, at_exit: bool = False) -> Optional[str]:
+def error_note(error: Optional[BaseException], *, at_exit: bool = False,
+               exit_status: Optional[int] = None) -> Optional[str]:
     """The ``cur_node`` that tells the server how the training ended; for a clean end (no error, ``SystemExit(0)``)
-    None, or ``AT_EXIT_MARK`` when said at the interpreter's exit."""
+    None, or ``AT_EXIT_MARK`` when said at the interpreter's exit (with ``exit_status``, a non-zero status the script
+    gave ``sys.exit``, when there is one)."""
     if error is None or (isinstance(error, SystemExit) and error.code in (None, 0)):
+        if at_exit and exit_status:
+            return f"{AT_EXIT_MARK}:status={int(exit_status)}"
         return AT_EXIT_MARK if at_exit else None
     lines = traceback.format_exception_only(type(error), error)
     said = next((line for line in lines if not line.startswith(" ")), lines[-1])   # "ValueError: ..." (not notes)
@@ -91,4 +98,11 @@ def parse_error(cur_node: str) -> Optional[str]:
 
 def said_at_exit(cur_node: str) -> bool:
     """Whether a clean training-done message was said at the interpreter's exit (``AT_EXIT_MARK``)."""
-    return cur_node == AT_EXIT_MARK
+    return cur_node == AT_EXIT_MARK or cur_node.startswith(AT_EXIT_MARK + ":status=")
+
+
+def exit_status_said(cur_node: str) -> Optional[int]:
+    """The non-zero ``sys.exit`` status a training-done said at exit carries, or None."""
+    prefix = AT_EXIT_MARK + ":status="
+    tail = cur_node[len(prefix):] if cur_node.startswith(prefix) else ""
+    return int(tail) if tail.lstrip("-").isdigit() and int(tail) else None

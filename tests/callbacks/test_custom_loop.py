@@ -58,7 +58,7 @@ def test_stop_at_step_in_a_functional_loop(use_step_begin):
     assert session.cur_step_num == 6 and session.cur_epoch_num == 2
 
 
-def test_loss_guard_and_stop_at_step_together_in_a_functional_loop(tmp_path):
+def test_loss_guard_and_stop_at_step_together_in_a_functional_loop(tmp_path, caplog):
     train_step, network, optimizer = make_functional_step()
     guard, recorder = LossGuard(save_last_good=tmp_path, keep_previous=True), Recorder()
     with DebugSession(callbacks=[guard, StopAtStep(20), StopAtTime(10), recorder], network=network,
@@ -72,6 +72,11 @@ def test_loss_guard_and_stop_at_step_together_in_a_functional_loop(tmp_path):
     assert recorder.events == ["train_begin", ("epoch_end", 1), "train_end"]
     assert guard.last_good_checkpoint == tmp_path / "last_good_rank0_step5.ckpt"
     assert guard.stop_at_step().step == 6
+    # issue 32 point 4: the recipe fits the loop that failed (no model.train here) and names no empty dump path
+    recipe, = [message for message in caplog.messages if "rerun recipe" in message]
+    assert "in the same loop: DebugSession(callbacks=[..., StopAtStep(6)], ...), and break when session.should_stop" \
+        in recipe and "model.train" not in recipe, recipe
+    assert '"path": ""' not in recipe and '"path": "<an absolute directory: guard.dump_config(path)>"' in recipe
 
 
 def test_tuple_outputs_from_a_loss_scale_cell_in_a_custom_loop():

@@ -49,6 +49,7 @@ def test_tensor_output_nan_loss_stops_at_the_exact_step_and_other_end_hooks_run(
     assert "LossGuard: loss is nan at epoch 1, step 3" in stop_line and "rank 0" in stop_line
     recipe, = [message for message in caplog.messages if "rerun recipe" in message]
     assert "StopAtStep(3)" in recipe and "1|2" in recipe
+    assert "  model.train(..., callbacks=[StopAtStep(3)])" in recipe and '"path": ""' not in recipe
 
 
 def test_lenet_inf_loss_is_caught_at_its_step():

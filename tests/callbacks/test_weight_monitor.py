@@ -31,7 +31,7 @@ class _StepCounter(Callback):
         self.ended = True
 
 
-def _model(*, fc3_lr=None, freeze_fc3=False, lr=0.05):
+def _model(*, fc3_lr=None, freeze_fc3=False, lr=0.05, leave_out=()):
     ms.set_seed(1)
     network = make_lenet()
     if freeze_fc3:
@@ -40,7 +40,7 @@ def _model(*, fc3_lr=None, freeze_fc3=False, lr=0.05):
     if fc3_lr is None:
         params = network.trainable_params()
     else:
-        fc3 = network.fc3.trainable_params()
+        fc3 = [p for p in network.fc3.trainable_params() if p.name not in leave_out]
         params = [{"params": fc3, "lr": fc3_lr},
                   {"params": [p for p in network.trainable_params() if p.name not in FC3]}]
     optimizer = nn.Momentum(params, learning_rate=lr, momentum=0.9)
@@ -49,7 +49,8 @@ def _model(*, fc3_lr=None, freeze_fc3=False, lr=0.05):
 
 
 def test_names_the_layer_whose_learning_rate_is_zero(caplog):
-    model, network = _model(fc3_lr=0.0)
+    caplog.set_level("INFO", logger="msdebug_hooks")
+    model, network = _model(fc3_lr=0.0, leave_out={"fc3.bias"})      # fc3.bias: in no parameter group
     monitor = WeightMonitor()
     model.train(1, make_dataset(4), callbacks=[monitor], dataset_sink_mode=False)
 
@@ -62,6 +63,16 @@ def test_names_the_layer_whose_learning_rate_is_zero(caplog):
     warnings = [line for line in caplog.messages if "did not change" in line]
     assert len(warnings) == 2 and all("rank 0" in line for line in warnings)  # one line per parameter, not per step
     assert {name for name in FC3 if any(name in line for line in warnings)} == FC3
+    # issue 32 point 4: each with its likely cause, read from the optimizer, and one summary at the end
+    weight, = [line for line in warnings if "fc3.weight" in line]
+    bias, = [line for line in warnings if "fc3.bias" in line]
+    assert "fc3.weight did not change (max |change| 0); its learning rate is 0 (its parameter group's 'lr', or the " \
+        "optimizer's learning_rate); further hits" in weight, weight
+    assert "fc3.bias did not change (max |change| 0); it is not among the Momentum optimizer's 7 parameters (left " \
+        "out when the optimizer was made); further hits" in bias, bias
+    summary, = [line for line in caplog.messages if "WeightMonitor summary" in line]
+    assert summary.endswith("WeightMonitor summary: 8 parameter(s) checked at 4 step(s); unchanged: fc3.bias (4 "
+                            "check(s) from step 1), fc3.weight (4 check(s) from step 1)"), summary
 
 
 def test_a_layer_moving_within_the_tolerance_is_named_with_the_tolerance_that_hid_its_steps(caplog):
@@ -206,3 +217,20 @@ def test_parameter_views_follow_in_place_updates_and_moves():
     params[1].set_data(ms.Tensor(np.full(5, 7.0, np.float32)))
     assert views.values([params[1], params[0]])[0].tolist() == [7.0] * 5
     assert views.values([params[1]])[0].tolist() == [7.0] * 5 and views.arrays()[1].tolist() == [7.0] * 5
+
+
+def test_a_weight_whose_gradients_were_zero_is_told_by_its_optimizer_state():
+    """``weight_causes.py``, the cause a training cannot show cheaply: a real Momentum step where one parameter's
+    gradient is 0 leaves its moment at 0; an optimizer without state (SGD) or none at all: the three causes listed."""
+    from msdebug_hooks.callbacks.weight_causes import unchanged_cause
+
+    network = make_lenet()
+    optimizer = nn.Momentum(network.trainable_params(), learning_rate=0.1, momentum=0.9)
+    optimizer(tuple(ms.Tensor(np.zeros(p.shape, np.float32) if p.name == "fc3.bias" else np.ones(p.shape, np.float32))
+                    for p in optimizer.parameters))
+    assert unchanged_cause(network.fc3.bias, optimizer).startswith(
+        "its gradient was 0 at every step: its optimizer state (moments.fc3.bias) is all zero")
+    generic = "likely causes: it is not among the optimizer's parameters, its learning rate is 0, or its gradient"
+    assert unchanged_cause(network.fc3.weight, optimizer).startswith(generic)      # its moment moved
+    assert unchanged_cause(network.fc3.bias, nn.SGD(network.trainable_params(), 0.1)).startswith(generic)
+    assert unchanged_cause(network.fc3.bias, None).startswith(generic)

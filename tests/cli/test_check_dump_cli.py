@@ -79,7 +79,8 @@ def test_select_by_code_stack_and_iterations(lenet_dump, capsys):
     (["--watch", "tensor_too_large:foo=1"], "foo"),
     (["--watch", "tensor_too_large:abs_mean_gt=1,max_gt=2"], "max_gt"),
     (["--watch", "tensor_too_large:abs_mean_gt=big"], "big"),
-    (["--watch", "tensor_overflow", "--iterations", "3-1"], "--iterations"),
+    (["--watch", "tensor_overflow", "--iterations", "9-3"], "--iterations='9-3' is not allowed: ranges from low to "
+                                                            "high like 2-3, 0,5 or 1|4-6 (9-3 is reversed: 3-9)"),
     (["--watch", "tensor_overflow", "--iterations", "7"], "iterations present in the dump"),
     (["--watch", "tensor_overflow", "--ranks", "4"], "ranks present in the dump"),
     (["--watch", "tensor_overflow", "--select", "name=conv"], "--select"),
@@ -262,3 +263,25 @@ def test_a_corrupt_execution_order_file_is_named_not_a_traceback(dump_copy, caps
     assert code == 2 and out == ""
     assert err.strip() == f"msdebug check-dump: error: {csv_file}: expected a UTF-8 text file as MindSpore writes " \
                           "it (byte 0: invalid start byte)"
+
+
+@pytest.mark.mindspore
+def test_a_pynative_dump_without_jit_is_said_to_hold_no_forward_or_backward_pass(tmp_path, lenet_dump, capsys):
+    """Issue 32 point 4: MindSpore dumps what runs as a graph, so the tutorial's PyNative loop (no ``@jit``) dumps
+    its optimizer alone; check-dump says so instead of reading the updates as the whole step. A GRAPH_MODE dump
+    (backward pass present) gets no such line."""
+    from msdebug_hooks import DumpConfig
+    from project import fresh_env
+
+    config = DumpConfig(path=str(tmp_path / "dump"), net_name="Net", iteration="all").write(tmp_path / "c.json")
+    env = dict(fresh_env(), MINDSPORE_DUMP_CONFIG=str(config), GLOG_v="3",
+               PYTHONPATH=f"{ROOT / 'examples'}:{ROOT}")
+    subprocess.run([sys.executable, str(ROOT / "tests" / "scripts" / "ending_train.py"), "--style", "functional",
+                    "--end", "none", "--steps", "1"], env=env, check=True, capture_output=True, timeout=240)
+    code, out, err = run_cli(capsys, tmp_path / "dump", "--watch", "tensor_overflow")
+    assert code == 0 and out.startswith("28 tensors checked"), out + err     # one step of updates
+    assert re.search(r"warning: rank_0: no operator of a backward pass \(none under Gradients/\); only \d+ "
+                     r"operator\(s\) of type ApplyMomentum, .* a PyNative training without @mindspore\.jit dumps its "
+                     "optimizer alone", err), err
+    code, _, err = run_cli(capsys, lenet_dump, "--watch", "tensor_overflow")
+    assert "backward pass" not in err

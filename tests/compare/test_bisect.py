@@ -168,6 +168,8 @@ def test_a_run_that_crashes_is_named_with_its_log(scripts, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, expected", [
     (["--steps", "0"], "msdebug bisect: error: --steps=0 is not allowed: an int > 0"),
+    (["--steps", "-2"], "msdebug bisect: error: --steps=-2 is not allowed: an int > 0\n"),       # not "(or None)"
+    (["--rtol", "-1"], "msdebug bisect: error: --rtol=-1.0 is not allowed: a finite number >= 0\n"),
     (["--max-dump-gb", "-1"], "msdebug bisect: error: --max-dump-gb=-1.0 is not allowed: a number > 0"),
     (["--env-a", "1X=2"], "msdebug bisect: error: --env-a='1X=2' is not allowed: NAME=VALUE"),
     (["--cwd-b", "/no/such/dir"], "msdebug bisect: error: --cwd-b='/no/such/dir' is not allowed: an existing "
@@ -176,7 +178,8 @@ def test_a_run_that_crashes_is_named_with_its_log(scripts, tmp_path, capsys):
 def test_bad_input_is_one_line_and_exit_2(argv, expected, tmp_path, capsys):
     code, out, err = _bisect(capsys, "python a.py", "python b.py", "--workdir", str(tmp_path / "w"), *argv)
     assert code == 2 and out == ""
-    assert err.splitlines()[0].startswith(expected) and "Traceback" not in err
+    assert (err if expected.endswith("\n") else err.splitlines()[0]).startswith(expected) and "Traceback" not in err
+    assert not (tmp_path / "w").exists()          # an argument error leaves no work directory behind
 
 
 def test_an_empty_command_or_an_msrun_that_does_not_wait_is_refused(tmp_path, capsys):
@@ -199,6 +202,10 @@ def test_runs_that_cannot_start_or_record_nothing_are_named(tmp_path, capsys):
     assert code == 2
     assert "ended well but recorded no loss: it trains without Model.train/Model.fit" in err
     assert str(tmp_path / "w2" / "a" / "train" / "run.log") in err or str(tmp_path / "w2" / "b") in err
+    # one run at a time: refused once run A recorded nothing, before run B is started (issue 32 point 4)
+    code, _out, err = _bisect(capsys, quiet, quiet, "--workdir", str(tmp_path / "w3"))
+    assert code == 2 and "run A (" in err and "ended well but recorded no loss" in err
+    assert "run B" not in err and not (tmp_path / "w3" / "b").exists(), err
 
 
 def _fake_step(dump: Path, rank: int, iteration: int, size: int) -> None:

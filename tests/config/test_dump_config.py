@@ -466,6 +466,28 @@ def test_cli_print_env_with_empty_path(tmp_path, monkeypatch, capsys):
     assert "export MS_DIAGNOSTIC_DATA_PATH=/data/diag\n" in out
 
 
+def test_cli_resolves_a_relative_path_and_refuses_a_missing_one(tmp_path, monkeypatch, capsys):
+    """Issue 32 point 4: ``--path dump`` is the ``dump`` under the current directory, said on stderr (MindSpore
+    needs an absolute path); no ``--path`` and no ``MS_DIAGNOSTIC_DATA_PATH``: refused, exit 2, not ``"path": ""``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MS_DIAGNOSTIC_DATA_PATH", raising=False)
+    assert msdebug(["dump-config", "--path", "dump"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)[COMMON]["path"] == str(tmp_path / "dump")
+    assert f"--path 'dump' is relative; the config names {tmp_path / 'dump'}" in captured.err
+    assert msdebug(["dump-config", "--output", str(tmp_path / "d.json")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("msdebug dump-config: error: --path is not set: a dump directory, or "
+                            "MS_DIAGNOSTIC_DATA_PATH (or --diagnostic-data-path) set, under which MindSpore dumps into "
+                            "debug_dump\n")
+    assert captured.out == "" and not (tmp_path / "d.json").exists()
+    monkeypatch.setenv("MS_DIAGNOSTIC_DATA_PATH", "/data/diag")
+    assert msdebug(["dump-config"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)[COMMON]["path"] == "" and "MindSpore will dump into /data/diag/debug_dump" in \
+        captured.err
+
+
 def test_cli_check_config_exit_codes(tmp_path, capsys):
     good = tmp_path / "good.json"
     good.write_text(json.dumps(base_doc()))

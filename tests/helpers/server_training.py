@@ -78,12 +78,13 @@ def training_env(port: int, host: str = "127.0.0.1", **extra: str) -> dict:
 @contextlib.contextmanager
 def training(tmp_path: Path, port: int, *args: str, script: Path = PLAIN, name: str = "run",
              env: Optional[dict] = None, host: str = "127.0.0.1", launcher: str = "pth", log_args: bool = True,
-             failure_logs: Optional[Callable[[], str]] = None) -> Iterator[Training]:
+             failure_logs: Optional[Callable[[], str]] = None, reaped: bool = False) -> Iterator[Training]:
     """``script`` with ``args`` against the debugger server at ``host:port``, in ``tmp_path/name``.
 
     ``launcher`` is ``pth`` (env variables only) or ``msdebug-run``; ``log_args`` adds the test scripts' ``--log``
     (and ``--save`` for the plain script); on a failure the script's output is printed, and ``failure_logs()``
-    (the server's log tail) after it.
+    (the server's log tail) after it. ``reaped``: started by a shell that collects its exit status at once (as a
+    terminal's shell does), so that no other process can read it; the returned process is the shell's.
     """
     work = tmp_path / name
     site_dir = work / "site-packages"
@@ -103,6 +104,8 @@ def training(tmp_path: Path, port: int, *args: str, script: Path = PLAIN, name: 
         command = [str(Path(sys.executable).parent / "msdebug"), "run", "--host", host, "--port", str(port), *argv]
     else:
         raise ValueError(f"launcher={launcher!r} is not allowed: 'pth' or 'msdebug-run'")
+    if reaped:
+        command = ["bash", "-c", '"$@"; exit $?', "bash", *command]     # not exec'd: bash waits for it
     with open(output, "w") as out:
         proc = subprocess.Popen(command, env=variables, stdout=out, stderr=subprocess.STDOUT, cwd=work)
     run = Training(proc, log, weights, output)

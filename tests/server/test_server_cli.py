@@ -8,12 +8,12 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pexpect
 import pytest
 
 from project import EXAMPLES
-from mindinsight_server import free_port
 from server_training import PLAIN, training
 
 from msdebug_cli import cli_env, run_msdebug  # noqa: E402
@@ -84,17 +84,19 @@ def test_prompt_through_a_terminal_lists_watches_steps_views_pauses_on_ctrl_c_an
 @pytest.mark.mindspore
 def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
     hit = _msdebug("debug", "-c", "watch weight_overflow *; watch gradient_exploding; watch tensor_overflow "
-                   "*SoftmaxCrossEntropyWithLogits-op*; continue; source conv1.weight; bogus", str(PLAIN),
+                   "*SoftmaxCrossEntropyWithLogits-op*; watch tensor_overflow *ApplyMomentum-op1*; continue; "
+                   "source conv1.weight; stats .../SoftmaxCrossEntropyWithLogits-op9; bogus", str(PLAIN),
                    "--nan-batch", "2", "--batches", "8")
     assert hit.returncode == 1, hit.stdout + hit.stderr                       # a hit, even with a typo after it
     assert "job 1 waiting at step 3" in hit.stdout
     (row,) = [line for line in hit.stdout.splitlines() if "conv1.weight" in line and "weight_overflow" in line]
     assert row.split()[:2] == ["3", "0"]                                      # step 3, rank 0
     assert "training exited with code 0" in hit.stdout
-    # the source column: the script's line defining the layer (for its weight and its gradient), and the line
+    # the source column: the script's line calling the layer (for its weight and its gradient), and the line
     # computing the loss (Model.train computes it inside model.train)
     lenet = (EXAMPLES / "lenet.py").read_text().splitlines()
-    conv1 = next(n for n, line in enumerate(lenet, 1) if "self.conv1 = " in line)
+    conv1 = next(n for n, line in enumerate(lenet, 1) if "self.conv1(x)" in line)
+    defined = next(n for n, line in enumerate(lenet, 1) if "self.conv1 = " in line)
     train = next(n for n, line in enumerate(PLAIN.read_text().splitlines(), 1) if "model.train(" in line)
     (grad,) = [line for line in hit.stdout.splitlines() if "GradOf_conv1.weight" in line and "gradient_" in line]
     (loss,) = [line for line in hit.stdout.splitlines() if "SoftmaxCrossEntropyWithLogits-op" in line and
@@ -102,6 +104,22 @@ def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
     assert row.endswith(f" lenet.py:{conv1}") and grad.endswith(f" lenet.py:{conv1}"), (row, grad)
     assert loss.endswith(f" plain_lenet_train.py:{train}"), loss
     assert f"> {EXAMPLES / 'lenet.py'}:{conv1}  {lenet[conv1 - 1].strip()}" in hit.stdout   # source's marker
+    assert f"  {EXAMPLES / 'lenet.py'}:{defined}  {lenet[defined - 1].strip()}" in hit.stdout  # then the definition
+    # issue 32 point 4: the rows in the order the step computed them (the updates after the gradients); the
+    # shortened name pasted back; the statistics of a tensor with no finite value say so (not min 0, max 0, mean 0)
+    rows = [line for line in hit.stdout.splitlines() if line.startswith("   3     0")]
+    kinds = [("grad" if "GradOf_" in r else "update" if "ApplyMomentum" in r else "weight" if "weight_overflow" in r
+              else "loss") for r in rows]
+    assert kinds == sorted(kinds, key=["loss", "grad", "update", "weight"].index) and "update" in kinds, rows
+    assert ".../SoftmaxCrossEntropyWithLogits-op9 " in loss and \
+        "_loss_fn-SoftmaxCrossEntropyWithLogits/SoftmaxCrossEntropyWithLogits-op9 (current, step 3):" in hit.stdout
+    said = [line.split() for line in hit.stdout.splitlines()]
+    assert [["min", "no", "finite", "values"], ["max", "no", "finite", "values"],
+            ["mean", "no", "finite", "values"]] == [w for w in said if w[:1] in (["min"], ["max"], ["mean"])]
+    # issue 32 point 5: the log the command made (path printed at the start) is removed at its end (exit 1 here)
+    log = Path(re.search(r"its output goes to (\S+)$", hit.stdout, re.MULTILINE).group(1))
+    assert f"msdebug debug: removed the training's output log {log} (--output FILE keeps it)" in hit.stdout
+    assert not log.exists()
     foreign = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d|^\[(DEBUG|INFO|WARNING|ERROR)\] [A-Z_]+\(\d+", re.MULTILINE)
     assert not foreign.search(hit.stdout + hit.stderr), hit.stdout + hit.stderr   # only our lines
 
@@ -116,13 +134,17 @@ def test_command_mode_exits_1_on_hits_0_without_and_2_on_bad_input(tmp_path):
     assert "condition='weight_overflw' is not allowed" in bad.stdout and "(msdebug job 1 step 0 waiting) continue" \
         not in bad.stdout                                                     # stopped at the bad command
     assert "training exited with code 0" in bad.stdout                        # and ended the training cleanly
+    kept = Path(re.search(r"its output goes to (\S+)$", bad.stdout, re.MULTILINE).group(1))
+    assert bad.stdout.rstrip().endswith(f"msdebug debug: the training's output is kept in {kept}")   # exit 2: kept
+    assert kept.is_file() and "msdebug run: debugger attached" in kept.read_text()
+    kept.unlink()
 
     missing = _msdebug("debug", "-c", "continue", str(tmp_path / "nope.py"))
     assert missing.returncode == 2 and "script=" in missing.stderr and "Traceback" not in missing.stderr
 
 
 @pytest.mark.mindspore
-def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_ends_it_without_a_kill():
+def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_ends_it_without_a_kill(tmp_path):
     """A script with several ``Model.train`` calls (one per epoch is common): ``continue`` runs on into the next
     training, which gets the watchpoints of the one before, so the whole script stays watched; one still connecting
     after the session ended is terminated at step 0, so the script ends on its own (no 60 s wait, no kill)."""
@@ -142,7 +164,9 @@ def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_en
     (row,) = [line for line in second.stdout.splitlines() if "conv1.weight" in line and "weight_overflow" in line]
     assert row.split()[:2] == ["2", "0"]
 
-    other = _msdebug("debug", "-c", "watch weight_overflow; watch weight_too_large:abs_mean_gt=100 fc3.weight; "
+    # exit 2 keeps the command's own log: these two write theirs under tmp_path instead of the temp directory
+    other = _msdebug("debug", "--output", str(tmp_path / "other.log"), "-c", "watch weight_overflow; watch "
+                     "weight_too_large:abs_mean_gt=100 fc3.weight; "
                      "continue", str(PLAIN), "--batches", "3", "--trainings", "2", "--retrain-small")
     assert other.returncode == 2, other.stdout + other.stderr   # training 2 could not be watched as asked
     assert "watchpoint 1: weight_overflow on 2 node(s) set again" in other.stdout   # every weight of the new network
@@ -150,8 +174,8 @@ def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_en
         in other.stdout
     assert "training exited with code 0" in other.stdout and "killed" not in other.stdout
 
-    hung = _msdebug("debug", "--timeout", "4", "-c", "continue", str(PLAIN), "--batches", "3", "--trainings", "2",
-                    "--pause-between", "60")
+    hung = _msdebug("debug", "--output", str(tmp_path / "hung.log"), "--timeout", "4", "-c", "continue", str(PLAIN),
+                    "--batches", "3", "--trainings", "2", "--pause-between", "60")
     assert hung.returncode == 2, hung.stdout + hung.stderr     # its second training could not be looked at
     assert "*** the script neither trained again nor exited within 4 s of its training's end; killed" in hung.stdout
     assert "training exited with code -9" in hung.stdout
@@ -166,12 +190,14 @@ def test_continue_follows_a_script_that_trains_again_with_its_watchpoints_and_en
 
 @pytest.mark.mindspore
 def test_serve_drives_a_training_started_elsewhere_and_takes_its_next_one_with_the_watchpoints(tmp_path):
-    port = free_port()
-    serve = subprocess.Popen([sys.executable, "-m", "msdebug_hooks", "serve", "--port", str(port), "-c",
+    # --port 0 (issue 32 point 4): a free port, printed where the training's variables are
+    serve = subprocess.Popen([sys.executable, "-m", "msdebug_hooks", "serve", "--port", "0", "-c",
                               "watch weight_overflow; step 1; continue; wait 120; continue; stats conv1.weight"],
                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        assert f"listening on 127.0.0.1:{port}" in serve.stdout.readline()
+        first = serve.stdout.readline()
+        port = int(re.search(r"listening on 127\.0\.0\.1:(\d+);", first).group(1))
+        assert port > 0 and f"MS_DEBUGGER_PORT={port}" in first, first
         with training(tmp_path, port, "--batches", "6", "--trainings", "2", "--nan-batch", "3", "--nan-training",
                       "2") as run:
             out, _ = serve.communicate(timeout=240)
@@ -194,7 +220,8 @@ def test_serve_and_debug_refuse_a_port_in_use_and_bad_values_with_exit_2():
         busy = _msdebug("serve", "--port", str(port), "-c", "status", timeout=60)
     assert busy.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
     assert "Traceback" not in busy.stderr
-    for args, message in ((("serve", "--port", "0"), "--port=0 is not allowed"),
+    for args, message in ((("serve", "--port", "0", "--ranks", "2"), "--port=0 is not allowed: 1..65534 (0, a free "
+                                                                     "port, with --ranks 1 only)"),
                           (("serve", "--ranks", "0"), "--ranks=0 is not allowed"),
                           (("debug", "--port", "70000", str(PLAIN)), "port=70000 is not allowed"),
                           (("serve", "-x", "/nonexistent/commands.txt"), "--command-file='/nonexistent/commands.txt'"),

@@ -159,3 +159,29 @@ def test_the_prompts_wait_refuses_a_bad_duration_and_says_when_nobody_came(line,
         shell = DebuggerShell(server, stdout=out, interactive=False)
         shell.onecmd(line)
     assert out.getvalue().startswith(said) and shell.bad_input and shell.job is None
+
+
+def test_the_trainings_warnings_reach_the_prompt_once_and_only_whole_lines(tmp_path):
+    """``training_notices.py``: the project's warnings and errors in the training's output log, each text once (a
+    loss that stays NaN says so every step), a line still being written left for the next look, INFO, MindSpore's
+    and the script's own lines left out; no log (``--output -``): nothing."""
+    from msdebug_hooks.server.training_notices import TrainingNotices
+
+    log = tmp_path / "out.log"
+    log.write_text("[msdebug] INFO rank 0: debugger: connecting\n"
+                   "[WARNING] ME(1:2,MainProcess):2026 some MindSpore line\n"
+                   "[msdebug] WARNING rank 0: debugger: the loss of step 2 is inf. Inspect this step now\n"
+                   "[msdebug] WARNING rank 0: debugger: the loss of step 2 is inf. Inspect this step now\n"
+                   "[msdebug] ERROR rank 0: debugger: cap")
+    notices = TrainingNotices(log)
+    assert notices.new() == ["warning from the training: rank 0: debugger: the loss of step 2 is inf. Inspect this "
+                             "step now"]
+    with open(log, "a") as stream:
+        stream.write("turing failed\nstep 3\n[msdebug] WARNING rank 0: debugger: the loss of step 2 is inf. Inspect "
+                     "this step now\n")
+    assert notices.new() == ["error from the training: rank 0: debugger: capturing failed"]
+    assert notices.new() == [] and TrainingNotices(None).new() == []
+    assert TrainingNotices(tmp_path / "not-yet.log").new() == []
+    log.write_text(log.read_text() + "[msdebug] WARNING rank 0: stopping training: the debugger server asked to "
+                   "terminate the training at step 2\n")
+    assert notices.new() == []          # the prompt's own terminate, echoed: said already

@@ -203,6 +203,12 @@ def test_what_our_client_tells_beyond_the_protocol_reads_back():
     assert said_at_exit(at_exit) and parse_error(at_exit) is None and error_note(None) is None
     assert said_at_exit(error_note(SystemExit(0), at_exit=True)) and not said_at_exit("")
     assert parse_error(error_note(KeyboardInterrupt(), at_exit=True)) == "KeyboardInterrupt"
+    # the status a script gave sys.exit after a clean loop, for a server that cannot see the exit code
+    from msdebug_hooks.wire.client_facts import exit_status_said
+
+    said = error_note(None, at_exit=True, exit_status=3)
+    assert said_at_exit(said) and parse_error(said) is None and exit_status_said(said) == 3
+    assert exit_status_said(at_exit) is None and exit_status_said(error_note(None, at_exit=True, exit_status=0)) is None
 
 
 # -- real MindSpore trainings -------------------------------------------------------------------------------------

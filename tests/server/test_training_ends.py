@@ -14,9 +14,12 @@ below takes one path the others do not, and each launcher meets raise and a sign
 """
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -31,9 +34,10 @@ pytestmark = [pytest.mark.mindspore, pytest.mark.timeout(300)]
 SCRIPT = ROOT / "tests" / "scripts" / "ending_train.py"
 
 
-def _debug(tmp_path, *script_args: str, commands: str = "continue") -> tuple[subprocess.CompletedProcess, str]:
+def _debug(tmp_path, *script_args: str, commands: str = "continue",
+           options: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, str]:
     out = tmp_path / "out.txt"
-    proc = run_msdebug("debug", "--output", str(out), "-c", commands, str(SCRIPT), *script_args)
+    proc = run_msdebug("debug", *options, "--output", str(out), "-c", commands, str(SCRIPT), *script_args)
     return proc, out.read_text(errors="replace")
 
 
@@ -76,8 +80,15 @@ def test_a_loop_that_ended_cleanly_is_judged_by_its_exit_status(tmp_path):
             job.run_until_hit(timeout=120)
     assert job.state == "crashed" and job.exit_code == 3, job.reason
     assert job.reason == "its training loop ended at step 6, then its process exited with code 3"
-    clean, out = _debug(tmp_path, "--style", "graph", "--end", "none")
+    clean, out = _debug(tmp_path, "--style", "graph", "--end", "none", commands="watch tensor_overflow *; continue")
     assert clean.returncode == 0, clean.stdout + out
+    # issue 32 point 3: the warning that changes what the person can expect is at the prompt, once, not only in
+    # the log: in GRAPH_MODE the light source has no activation, so those watched nodes can never hit
+    never = [line for line in clean.stdout.splitlines() if "will never hit" in line]
+    assert len(never) == 1 and never[0].startswith("!!! warning from the training: rank 0: debugger: watchpoint 1 "
+                                                   "(tensor_general_overflow): 16 of 46 watched node(s)"), clean.stdout
+    assert "train in PyNative mode while debugging, or use the dump source (MS_DEBUGGER_SOURCE=dump, msdebug debug " \
+        "--source dump; Model.train only)" in never[0], never[0]
     assert "job 1 finished: the training finished at step 6" in clean.stdout
     assert "training exited with code 0" in clean.stdout and "crashed" not in clean.stdout
 
@@ -127,7 +138,9 @@ def test_api_reports_a_signal_as_crashed_with_its_exit_code(tmp_path, launcher, 
     ("jit", "raise", "crashed: the training raised at step 3: RuntimeError: the data of step 4 is corrupt"),
     # the training is the test's child: a zombie until the test reaps it, so serve sees its code
     ("functional", "sigterm", "crashed: its process (pid "),
-], ids=["jit-raise", "functional-sigterm"])
+    # a clean loop, then sys.exit(1), in a process its shell reaps at once: the client says the status it saw
+    ("jit", "none", "crashed: its training loop ended at step 6, then its script called sys.exit(1)"),
+], ids=["jit-raise", "functional-sigterm", "jit-exit-1"])
 def test_serve_says_crashed_and_exits_2_for_a_training_started_elsewhere(tmp_path, style, end, said):
     """``msdebug serve`` cannot read the exit code of a process it did not start: the client's own word (raise), or
     the process vanishing (SIGTERM: crashed while its zombie shows the code, lost once its parent reaped it) makes
@@ -137,8 +150,8 @@ def test_serve_says_crashed_and_exits_2_for_a_training_started_elsewhere(tmp_pat
                               "continue"], env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert f"listening on 127.0.0.1:{port}" in serve.stdout.readline()
-        with training(tmp_path, port, "--style", style, "--end", end, "--at", "3", script=SCRIPT,
-                      log_args=False) as run:
+        with training(tmp_path, port, "--style", style, "--end", end, "--at", "3", "--exit", "1", script=SCRIPT,
+                      log_args=False, reaped=end == "none") as run:
             out, _ = serve.communicate(timeout=240)
             assert run.proc.wait(60) != 0
     finally:
@@ -150,3 +163,17 @@ def test_serve_says_crashed_and_exits_2_for_a_training_started_elsewhere(tmp_pat
     if end == "sigterm":
         assert "was killed by SIGTERM (exit code -15) at step 0 or later (a free run started there" in out
     assert " finished" not in out
+
+
+def test_the_dump_source_refuses_a_hand_written_loop_in_one_sentence_and_leaves_no_scratch(tmp_path):
+    """Issue 32 point 3: the dump source needs ``Model.train`` (it compiles the network for the dataset's shapes
+    before step 0); a hand-written loop gets one plain sentence, exit 2, and its scratch directory is removed."""
+    proc, out = _debug(tmp_path, "--style", "graph", "--end", "none", options=("--source", "dump"))
+    assert proc.returncode == 2, proc.stdout + out
+    assert "msdebug-hooks: source='dump' is not allowed: 'light' for a hand-written training loop (the dump source " \
+        "works with Model.train only" in proc.stdout, proc.stdout
+    assert "train_dataset" not in proc.stdout + out
+    pid = re.search(r"the training \(pid (\d+)\)", proc.stdout).group(1)
+    assert f"msdebug_dump_{pid}_" in out                                       # it was made ...
+    assert not list(Path("/dev/shm").glob(f"msdebug_dump_{pid}_*")) and \
+        not list(Path(tempfile.gettempdir()).glob(f"msdebug_dump_{pid}_*"))    # ... and removed at the exit
