@@ -54,11 +54,13 @@ def find_origin(dump_dir: Path, iterations: Iterable[int], *, rank: int = 0) -> 
     analyzer = DumpAnalyzer(dump_dir)
     index = analyzer._index    # the dump's own file index: the inputs a kernel read are its input.<slot> files
     nodes = analyzer.list_nodes(ranks=[rank])
+    training = {n.graph_name for n in nodes if n.name.startswith(_BACKWARD) or f"/{_BACKWARD}" in n.name}
     for iteration in sorted(iterations):
         step = iteration + 1
         for node in nodes:
             info = node._info
-            if info.node_type == PARAMETER and not info.is_weight and info.output_slots:
+            if info.node_type == PARAMETER and not info.is_weight and info.output_slots and \
+                    node.graph_name in training:      # the batch of a graph that trains (not an optimizer's inputs)
                 for slot in info.output_slots:
                     found = index.tensor_file(info, iteration, slot)
                     value = _load(found.path if found else None)

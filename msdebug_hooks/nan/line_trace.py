@@ -66,6 +66,7 @@ class LineTracer:
         self.step = 0
         self._files: dict = {}
         self._seen: dict = {}         # id(frame) -> its locals at the last line event
+        self._lines: dict = {}        # id(frame) -> the line that was running since then
         self._on = False
 
     # -- switching ----------------------------------------------------------------------------------------------
@@ -82,12 +83,14 @@ class LineTracer:
             sys.settrace(None)
             threading.settrace(None)   # type: ignore[arg-type]
             self._seen.clear()
+            self._lines.clear()
 
     # -- tracing ------------------------------------------------------------------------------------------------
     def _global(self, frame: Any, event: str, arg: Any) -> Any:
         if self.found is not None or not _users(frame.f_code.co_filename, self._files):
             return None
         self._seen[id(frame)] = dict(frame.f_locals)
+        self._lines[id(frame)] = None
         return self._local
 
     def _local(self, frame: Any, event: str, arg: Any) -> Any:
@@ -95,15 +98,19 @@ class LineTracer:
             return None
         try:
             if event == "line":
-                self._after_line(frame, None)
+                finished = self._lines.get(id(frame))
+                self._lines[id(frame)] = frame.f_lineno
+                if finished is not None:
+                    self._after_line(frame, None, finished)
             elif event == "return":
-                self._after_line(frame, arg)
+                self._after_line(frame, arg, frame.f_lineno)
                 self._seen.pop(id(frame), None)
+                self._lines.pop(id(frame), None)
         except Exception:   # noqa: BLE001 - capture must never break the training it follows
             pass
         return self._local
 
-    def _after_line(self, frame: Any, returned: Any) -> None:
+    def _after_line(self, frame: Any, returned: Any, line: int) -> None:
         before = self._seen.get(id(frame), {})
         now = frame.f_locals
         made = [value for name, value in now.items() if before.get(name) is not value]
@@ -112,7 +119,6 @@ class LineTracer:
         self._seen[id(frame)] = dict(now)
         if not any(_bad(value) for value in made):
             return
-        line = frame.f_lineno
         statement = _statement(frame.f_code, line)
         names = _names(statement) if statement is not None else set()
         if any(_bad(before.get(name)) for name in names if before.get(name) is not None):
@@ -126,7 +132,8 @@ class LineTracer:
                  if "self" in frame.f_locals else "", "operator": "", "inputs": [], "output": None, "hint": ""}
         if statement is None:
             return found
-        operator = _innermost(statement, frame)
+        found["backward"] = _calls_grad(statement, frame)
+        operator = None if found["backward"] else _innermost(statement, frame)
         if operator is None:
             return found
         text, operands, value = operator
@@ -195,6 +202,23 @@ def _evaluable(node: ast.expr, frame: Any) -> bool:
     return True
 
 
+def _is_grad(target: Any) -> bool:
+    """A function made by ``mindspore.grad`` / ``value_and_grad`` (MindSpore's ``_Grad`` transform): calling it
+    runs a forward and a backward pass."""
+    return "_Grad." in (getattr(target, "__qualname__", "") or "") and \
+        (getattr(target, "__module__", "") or "").startswith("mindspore.")
+
+
+def _calls_grad(statement: ast.AST, frame: Any) -> bool:
+    for call in (n for n in ast.walk(statement) if isinstance(n, ast.Call)):
+        try:
+            if _is_grad(_evaluate(call.func, frame)):
+                return True
+        except Exception:   # noqa: BLE001
+            continue
+    return False
+
+
 def _pure(target: Any) -> bool:
     if hasattr(target, "cells_and_names"):
         for _, cell in target.cells_and_names():
@@ -203,6 +227,8 @@ def _pure(target: Any) -> bool:
                 return False
         return True
     module = getattr(target, "__module__", None) or ""
+    if _is_grad(target):
+        return False
     if inspect.isbuiltin(target) or isinstance(target, type):
         return True
     owner = getattr(target, "__self__", None)

@@ -29,10 +29,18 @@ def origin_from_probe(probe: dict, rank: int) -> Optional[Origin]:
                            "the scale or skip steps whose gradients are not finite (DynamicLossScaler + all_finite)")
     operator = found.get("operator") or ""
     names = found.get("parameters") or []
-    detail = ""
-    if names:
-        detail = f"this call made the weights non-finite: {', '.join(names[::-1][:6])}"
-    phase = "backward" if names else "forward"
+    if found.get("backward") or (names and not operator):
+        return Origin("gradient", step, phase="backward", rank=rank, source="trace", cell=_cell(names),
+                      file=found.get("file", ""), line=found.get("line"), code=found.get("code", ""),
+                      detail="the forward pass was finite; the backward pass run by this line made non-finite "
+                             "gradients" + (f" (weights made non-finite by the update: "
+                                            f"{', '.join(names[::-1][:6])}; the backward pass reaches the last "
+                                            f"first)" if names else ""),
+                      hint="a gradient overflowed or divided by zero in the backward pass; under a loss scale lower "
+                           "the scale or skip steps whose gradients are not finite (DynamicLossScaler + all_finite); "
+                           "train the step under @mindspore.jit to have the backward operator named")
+    detail = f"weights made non-finite by this step's update: {', '.join(names[::-1][:6])}" if names else ""
+    phase = "forward"
     return Origin("operator", step, operator=operator or f"(the call on this line, in {found.get('function')})",
                   phase=phase, cell=found.get("cell", ""), file=found.get("file", ""), line=found.get("line"),
                   code=found.get("code", ""), inputs=found.get("inputs", []), output=found.get("output"),

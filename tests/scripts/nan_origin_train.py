@@ -49,11 +49,13 @@ class Planted(nn.Cell):
 
 
 class Net(nn.Cell):
+    """Planted -> Dense -> Tanh (ReLU for the loss-scale case: unbounded activations) -> Dense."""
+
     def __init__(self, source: str) -> None:
         super().__init__()
         self.planted = Planted(source)
         self.fc1 = nn.Dense(8, 16)
-        self.act = nn.ReLU()
+        self.act = nn.ReLU() if source == "scale" else nn.Tanh()
         self.fc2 = nn.Dense(16, 4)
 
     def construct(self, x):
