@@ -48,6 +48,11 @@ def _cell(name: str) -> str:
     return ".".join(parts)
 
 
+def _code(text: str) -> str:
+    """The source text of a stack entry without the note MindSpore appends to a line several nodes share."""
+    return text.split("/<~~", 1)[0].strip()
+
+
 def find_origin(dump_dir: Path, iterations: Iterable[int], *, rank: int = 0) -> Optional[Origin]:
     """The origin in ``iterations`` (0-based dump iterations; step = iteration + 1) of ``rank``, or ``None`` when
     every dumped tensor there is finite."""
@@ -90,7 +95,7 @@ def find_origin(dump_dir: Path, iterations: Iterable[int], *, rank: int = 0) -> 
             frame = source[-1] if source else {}
             return Origin("operator", step, operator=info.op_type, phase=_phase(node.name, info.op_type),
                           node=node.name, cell=_cell(node.name), file=frame.get("file_path", ""),
-                          line=frame.get("line_no"), code=(frame.get("code_line") or "").strip(),
+                          line=frame.get("line_no"), code=_code(frame.get("code_line") or ""),
                           inputs=[{"text": "not dumped"} if s is None else dict(s.as_dict(), text=s.text())
                                   for s in in_stats],
                           output=dict(out_stats.as_dict(), text=out_stats.text()),

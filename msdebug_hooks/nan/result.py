@@ -54,7 +54,8 @@ class Origin:
         for number, item in enumerate(self.inputs):
             head.append(f"  input {number}: {item['text'] if isinstance(item, dict) and 'text' in item else item}")
         if self.output:
-            head.append(f"  output: {self.output.get('text', self.output)}")
+            label = "values" if self.kind == "data" else "output"
+            head.append(f"  {label}: {self.output.get('text', self.output)}")
         if self.hint:
             head.append(f"  hint: {self.hint}")
         return head

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional, Union
 
 from msdebug_hooks.compare import run_recording
-from msdebug_hooks.compare.bisect_runs import BisectError, RunSpec, Stage, run_stage
+from msdebug_hooks.compare.bisect_runs import BisectError, RunFailed, RunSpec, Stage, run_stage
 from msdebug_hooks.compare.dump_wait import GB, DiskGuard, iteration_dirs, wait_for_dump
 from msdebug_hooks.errors import ConfigError, DumpError
 from msdebug_hooks.nan import attach
@@ -85,7 +85,8 @@ def first_nan(command: Union[str, list], workdir: Union[str, Path, None] = None,
     run_recording.write_shim(shim, f"{attach.__name__}:install_from_env")
     check = Stage(spec, "losses", directory / "check", {"steps": steps})
     say(f"[1/2] training with a NaN/Inf check each step: {spec.text()}  (output: {check.log})")
-    _run(check, shim, dict(attach.environment(check.directory / "probe", capture=None, steps=steps)), timeout)
+    _run(check, shim, dict(attach.environment(check.directory / "probe", capture=None, steps=steps)), timeout,
+         result.notes)
     result.seconds["check"] = round(check.seconds, 2)
     probes = _probes(check.directory / "probe")
     if not probes:
@@ -106,8 +107,8 @@ def first_nan(command: Union[str, list], workdir: Union[str, Path, None] = None,
     return result
 
 
-def _run(stage: Stage, shim: Path, variables: dict, timeout: Optional[float], *, dump_config: Optional[Path] = None,
-         guard: Optional[DiskGuard] = None) -> None:
+def _run(stage: Stage, shim: Path, variables: dict, timeout: Optional[float], notes: list, *,
+         dump_config: Optional[Path] = None, guard: Optional[DiskGuard] = None) -> None:
     stage.reset()
     spec = stage.spec
     stage.spec = RunSpec(spec.name, spec.command, spec.cwd, {**spec.env, **variables}, spec.shell)
@@ -121,6 +122,14 @@ def _run(stage: Stage, shim: Path, variables: dict, timeout: Optional[float], *,
 
     try:
         run_stage(stage, shim, dump_config=dump_config, timeout=timeout, monitor=monitor)
+    except RunFailed as exc:
+        # a script that ends itself on the NaN (MindSpore's LossMonitor raises on a NaN loss, an assert of the
+        # user's) still ran the step the probe recorded: its answer stands; any other failure ends first-nan
+        if " exited with status " not in str(exc) or _first(_probes(stage.directory / "probe"))[0] is None:
+            raise
+        status = str(exc).split(" exited with status ", 1)[1].split(" ", 1)[0]
+        notes.append(f"the script ended with exit status {status} after its first non-finite step (an exception "
+                     f"such as LossMonitor's 'loss is NAN or INF'; --keep keeps its log)")
     finally:
         stage.spec = spec
 
@@ -135,13 +144,14 @@ def _rerun(spec: RunSpec, directory: Path, shim: Path, step: int, rank: int, res
     config = DumpConfig.around_step(step, path=str(stage.dump), net_name=NET_NAME, saved_data="tensor",
                                     trans_flag=True)
     iterations = [int(i) for i in config.iteration.split("|")]
-    guard = DiskGuard(stage.dump, iterations, runs=1, max_bytes=max_dump_gb * GB, limit=f"--max-dump-gb {max_dump_gb:g}")
+    guard = DiskGuard(stage.dump, iterations, runs=1, max_bytes=max_dump_gb * GB,
+                      limit=f"--max-dump-gb {max_dump_gb:g}")
     started = time.monotonic()
     stage.directory.mkdir(parents=True, exist_ok=True)
     config_path = config.write(directory / "dump_config.json")
     say(f"[2/2] rerun to step {step}  (output: {stage.log})")
     _run(stage, shim, dict(attach.environment(stage.directory / "probe", capture=step, steps=None)), timeout,
-         dump_config=config_path, guard=guard)
+         [], dump_config=config_path, guard=guard)
     result.seconds["rerun"] = round(time.monotonic() - started, 2)
     probes = _probes(stage.directory / "probe")
     again, _ = _first(probes)
