@@ -12,6 +12,7 @@ user's lines in PyNative mode (``line_trace``) and stops after step N. What it s
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,7 +40,7 @@ class FirstNanProbe(Callback):
         self.capture_step = capture_step
         self.steps = steps
         self.record: dict[str, Any] = {"first_bad": None, "how": None, "loss": None, "steps": 0, "found": None,
-                                       "mode": None}
+                                       "mode": None, "check_seconds": 0.0}
         self.tracer: Optional[LineTracer] = None
         self.rank = 0
 
@@ -69,6 +70,14 @@ class FirstNanProbe(Callback):
 
     # -- each step ----------------------------------------------------------------------------------------------
     def on_train_step_end(self, run_context: Any) -> None:
+        started = time.perf_counter()
+        try:
+            self._step_end(run_context)
+        finally:
+            if self.capture_step is None:       # the check run's own cost, for the benchmark
+                self.record["check_seconds"] += time.perf_counter() - started
+
+    def _step_end(self, run_context: Any) -> None:
         cb_params = run_context.original_args()
         step = int(cb_params.cur_step_num)
         self.record["steps"] = step

@@ -89,6 +89,7 @@ def first_nan(command: Union[str, list], workdir: Union[str, Path, None] = None,
          result.notes)
     result.seconds["check"] = round(check.seconds, 2)
     probes = _probes(check.directory / "probe")
+    result.seconds["probe_in_steps"] = round(max((p.get("check_seconds", 0.0) for p in probes.values()), default=0), 4)
     if not probes:
         raise BisectError(f"the training ran ({check.log}) but no training step reached the check: neither "
                           f"Model.train nor a loop over an nn.Optimizer was seen")

@@ -7,8 +7,10 @@ operation that is harmless on ordinary batches; batch ``--bad-step`` (1-based) c
 * ``sqrt``: ``ops.sqrt(x + 1)`` of a batch holding -3 (sqrt of a negative: NaN);
 * ``div``: ``x / (x[:, :1] + 1)`` of a batch whose first column holds -1 (a zero denominator);
 * ``exp``: ``ops.exp(x)`` of a batch holding 100 (above 88.7: inf in float32);
-* ``scale``: float16 layers under a static loss scale of 2**16 and a batch scaled by 100: the forward pass and
-  the loss stay finite, a float16 gradient overflows in the backward pass;
+* ``scale``: ``ops.sqrt(x)`` under a static loss scale of 2**100 (``StaticLossScaler`` in the functional loops, the
+  optimizer's ``loss_scale`` with ``FixedLossScaleManager(drop_overflow_update=False)`` or ``TrainOneStepCell``'s
+  ``sens`` otherwise) and a batch holding 1e-30: the forward pass and the loss stay finite, sqrt's gradient
+  1 / (2 sqrt(x)) times the scaled gradient overflows float32 in the backward pass (it would not without the scale);
 * ``data``: the batch itself holds a NaN;
 * ``none``: nothing planted (a clean training).
 
@@ -26,17 +28,21 @@ import numpy as np
 import mindspore
 from mindspore import nn, ops
 
-SCALE = 2.0 ** 16
+SCALE = 2.0 ** 100
 
 
 class Planted(nn.Cell):
-    """The first layer: one operation that may produce NaN/Inf."""
+    """The first layer: a trained gain, then one operation that may produce NaN/Inf."""
 
     def __init__(self, source: str) -> None:
         super().__init__()
         self.source = source
+        self.gain = mindspore.Parameter(mindspore.Tensor(np.ones(8, np.float32)), name="gain")
 
     def construct(self, x):
+        x = x * self.gain
+        if self.source == "scale":
+            return ops.sqrt(x)      # finite forward; its backward 1 / (2 sqrt(x)) is huge at a tiny x
         if self.source == "log":
             return ops.log(x + 1.0)
         if self.source == "sqrt":
@@ -49,17 +55,17 @@ class Planted(nn.Cell):
 
 
 class Net(nn.Cell):
-    """Planted -> Dense -> Tanh (ReLU for the loss-scale case: unbounded activations) -> Dense."""
+    """Planted -> Dense -> Tanh -> Dense."""
 
     def __init__(self, source: str) -> None:
         super().__init__()
         self.planted = Planted(source)
         self.fc1 = nn.Dense(8, 16)
-        self.act = nn.ReLU() if source == "scale" else nn.Tanh()
+        self.act = nn.Tanh()
         self.fc2 = nn.Dense(16, 4)
 
     def construct(self, x):
-        return self.fc2(self.act(self.fc1(self.planted(x))))
+        return self.fc2(self.act(self.fc1(self.planted(x)))).astype(mindspore.float32)
 
 
 def batches(steps: int, source: str, bad_step: int):
@@ -77,7 +83,7 @@ def batches(steps: int, source: str, bad_step: int):
             elif source == "exp":
                 x[1, 2] = 100.0
             elif source == "scale":
-                x *= 100.0
+                x[1, 2] = 1e-30
             elif source == "data":
                 x[3, 5] = np.nan
         yield x, y
@@ -97,21 +103,21 @@ def main() -> int:
     dataset = mindspore.dataset.GeneratorDataset(lambda: batches(args.steps, args.source, args.bad_step),
                                                  column_names=["data", "label"], shuffle=False)
     net = Net(args.source)
-    if args.source == "scale":
-        net.fc1.to_float(mindspore.float16)
-        net.fc2.to_float(mindspore.float16)
     loss_fn = nn.CrossEntropyLoss()
-    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.05)
+    # the loss scale: by hand in the functional loops, the optimizer's loss_scale (and the cell's sens) otherwise
+    scaled = args.source == "scale" and args.loop in ("model", "onestep")
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.05, loss_scale=SCALE if scaled else 1.0)
 
     if args.loop == "model":
-        from mindspore.train import LossMonitor, Model
+        from mindspore.train import FixedLossScaleManager, LossMonitor, Model
 
-        model = Model(net, loss_fn, optimizer)
+        manager = FixedLossScaleManager(SCALE, drop_overflow_update=False) if scaled else None
+        model = Model(net, loss_fn, optimizer, loss_scale_manager=manager)
         model.train(1, dataset, callbacks=[LossMonitor()], dataset_sink_mode=False)
         return 0
 
     if args.loop == "onestep":
-        train_net = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), optimizer)
+        train_net = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), optimizer, sens=SCALE if scaled else 1.0)
         for data, label in dataset.create_tuple_iterator():
             loss = train_net(data, label)
             print("loss", loss)
@@ -120,7 +126,7 @@ def main() -> int:
     loss_scaler = mindspore.amp.StaticLossScaler(SCALE) if args.source == "scale" else None
 
     def forward_fn(data, label):
-        logits = net(data).astype(mindspore.float32)
+        logits = net(data)
         loss = loss_fn(logits, label)
         if loss_scaler is not None:
             loss = loss_scaler.scale(loss)
