@@ -66,6 +66,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except (BisectError, DumpError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
+        from pathlib import Path
+
+        from msdebug_hooks.nan.runner import DEFAULT_WORKDIR
+
+        workdir = Path(args.workdir or DEFAULT_WORKDIR)
+        if workdir.is_dir():
+            print(f"{PROG}: kept {workdir} (the runs' logs)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; the run in progress was stopped", file=sys.stderr)

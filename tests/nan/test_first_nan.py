@@ -35,9 +35,9 @@ FULL = os.environ.get("MSDEBUG_FIRST_NAN_MATRIX", "").strip().lower() == "full"
 
 def _planted_line(source: str) -> int:
     wanted = {"log": "ops.log(x + 1.0)", "sqrt": "ops.sqrt(x + 1.0)", "div": "x / (x[:, :1] + 1.0)",
-              "exp": "ops.exp(x)"}[source]
+              "exp": "ops.exp(x)", "scale": "ops.sqrt(x * self.gain)"}[source]
     for number, text in enumerate(SCRIPT.read_text().splitlines(), start=1):
-        if text.strip() == f"return {wanted}":
+        if text.split("#")[0].strip() == f"return {wanted}":
             return number
     raise AssertionError(wanted)
 
@@ -103,9 +103,12 @@ def test_names_the_producer(matrix, source, loop, mode):
         assert origin["phase"] == "backward", output
         if origin["kind"] == "operator":                   # a dump: the backward operator itself
             _producer(origin, output)
+            assert origin["operator"] == "SqrtGrad" and origin["line"] == _planted_line("scale"), output
             assert "overflow" in origin["hint"], output
-        else:                                              # PyNative: the line whose backward pass made it
-            assert origin["kind"] == "gradient" and "grad" in origin["code"], output
+        else:                                              # PyNative: the backward pass, by what it made
+            assert origin["kind"] == "gradient" and "planted.gain" in origin["detail"], output
+            if loop == "functional":                       # and the line that ran it
+                assert "grad_fn(data, label)" in origin["code"], output
         return
     assert origin["kind"] == "operator" and origin["phase"] == "forward", output
     assert origin["operator"] in OPERATORS[source], output

@@ -32,7 +32,8 @@ SCALE = 2.0 ** 100
 
 
 class Planted(nn.Cell):
-    """The first layer: a trained gain, then one operation that may produce NaN/Inf."""
+    """The first layer: one operation that may produce NaN/Inf (behind a trained gain in the loss-scale case, so
+    that its backward pass runs)."""
 
     def __init__(self, source: str) -> None:
         super().__init__()
@@ -40,9 +41,8 @@ class Planted(nn.Cell):
         self.gain = mindspore.Parameter(mindspore.Tensor(np.ones(8, np.float32)), name="gain")
 
     def construct(self, x):
-        x = x * self.gain
         if self.source == "scale":
-            return ops.sqrt(x)      # finite forward; its backward 1 / (2 sqrt(x)) is huge at a tiny x
+            return ops.sqrt(x * self.gain)      # finite forward; its backward 1 / (2 sqrt(x)) is huge at a tiny x
         if self.source == "log":
             return ops.log(x + 1.0)
         if self.source == "sqrt":
