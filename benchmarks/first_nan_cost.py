@@ -16,10 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import perf_doc  # noqa: E402
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
+import perf_doc  # noqa: E402
 SCRIPT = ROOT / "tests" / "scripts" / "nan_origin_train.py"
 LOOPS = {"functional (PyNative)": ("functional", "pynative"), "@jit": ("jit", "pynative"),
          "Model.train (GRAPH_MODE)": ("model", "graph")}
@@ -34,8 +33,8 @@ def plain(loop: str, mode: str, steps: int, bad: int) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=60, help="steps of the training (default 60)")
-    parser.add_argument("--bad-step", type=int, default=40, help="the step whose batch breaks ops.log (default 40)")
+    parser.add_argument("--steps", type=int, default=40, help="steps of the training (default 40)")
+    parser.add_argument("--bad-step", type=int, default=30, help="the step whose batch breaks ops.log (default 30)")
     perf_doc.add_doc_argument(parser)
     args = parser.parse_args(argv)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
@@ -44,7 +43,9 @@ def main(argv=None) -> int:
     section = perf_doc.Section("first-nan", "First-nan", argv)
     section.add(f"`tests/scripts/nan_origin_train.py --source log --steps {args.steps} --bad-step {args.bad_step}`: "
                 "the plain script against `first_nan` on it (the check run to the first non-finite step, the rerun to "
-                "it). Wall times include each process's start; the probe's time is measured inside the steps.", "")
+                "it). Wall times include each process's start (importing MindSpore, compiling). 'probe a step' is the "
+                "probe's own time at each step end of the check run, which includes waiting for the step's loss "
+                "value (the same read LossGuard makes).", "")
     rows = []
     for label, (loop, mode) in LOOPS.items():
         base = plain(loop, mode, args.steps, args.bad_step)
