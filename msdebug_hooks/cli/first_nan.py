@@ -5,6 +5,8 @@ is seen) to find the first non-finite step N, then again up to step N with steps
 operator (a sync dump in GRAPH_MODE or under @jit, the script's own lines followed in PyNative mode). The answer:
 the step, the operator (or "the data of step N"), its calling line and cell, its inputs' statistics and a hint.
 
+Options go before SCRIPT; everything after it is the script's own arguments.
+
 Exit 1: an origin was found; 0: no NaN/Inf in the steps run (their number is printed); 2: bad input, a run that
 crashed (its log is named) or a dump that could not be made.
 

@@ -71,6 +71,7 @@ class FirstNanResult:
     command: str
     exit_code: int = 0
     first_bad_step: Optional[int] = None
+    loss_step: Optional[int] = None                # set when the check saw it only later (in the loss or weights)
     rank: Optional[int] = None
     steps_checked: int = 0
     origin: Optional[Origin] = None
@@ -83,7 +84,8 @@ class FirstNanResult:
         if self.first_bad_step is None:
             out = [f"no NaN/Inf in the {self.steps_checked} step(s) checked (loss, or weights where no loss is seen)"]
         else:
-            out = [f"first non-finite step: {self.first_bad_step} (rank {self.rank})"]
+            later = f"; the check run saw it at step {self.loss_step}" if self.loss_step else ""
+            out = [f"first non-finite step: {self.first_bad_step} (rank {self.rank}{later})"]
             if self.origin is not None:
                 out.extend(self.origin.lines())
         out.extend(f"note: {note}" for note in self.notes)

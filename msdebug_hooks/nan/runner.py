@@ -104,6 +104,10 @@ def first_nan(command: Union[str, list], workdir: Union[str, Path, None] = None,
     say(f"step {step} has a non-finite {how} (rank {rank}); rerunning to it with steps {max(1, step - 1)}-{step} "
         f"looked at operator by operator")
     result.origin = _rerun(spec, directory, shim, step, rank, result, max_dump_gb, timeout, dump_wait, say)
+    if result.origin is not None and result.origin.step < step:
+        # the values went non-finite a step before the loss showed it (a forward Inf a saturating activation
+        # swallowed, a gradient that broke the update): the first non-finite step is the origin's
+        result.loss_step, result.first_bad_step = step, result.origin.step
     _finish(result, directory, created, keep)
     return result
 
