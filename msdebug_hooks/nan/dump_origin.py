@@ -88,7 +88,7 @@ def find_origin(dump_dir: Path, iterations: Iterable[int], *, rank: int = 0) -> 
                 inputs.append(_load(found.path if found else None))
             bad_out = next(value for value in outputs if not is_finite(value))
             if any(value is not None and not is_finite(value) for value in inputs):
-                return _from_outside(analyzer, node, iteration, rank)
+                return _from_outside(node, iteration, rank)
             in_stats = [None if value is None else stats(value) for value in inputs]
             out_stats = stats(bad_out)
             source = node.source_lines()
@@ -103,7 +103,7 @@ def find_origin(dump_dir: Path, iterations: Iterable[int], *, rank: int = 0) -> 
     return None
 
 
-def _from_outside(analyzer: DumpAnalyzer, node, iteration: int, rank: int) -> Origin:
+def _from_outside(node, iteration: int, rank: int) -> Origin:
     """The first non-finite operator read a non-finite input no dumped operator of the iteration made."""
     step = iteration + 1
     return Origin("before", step, operator=node.op_type, node=node.name, rank=rank, source="dump",
