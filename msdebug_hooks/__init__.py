@@ -74,6 +74,9 @@ _EXPORTS = {
     "TorchLayerRecorder": "msdebug_hooks.compare.torch",
     "compare_layers": "msdebug_hooks.compare.layers",
     "compare_weights": "msdebug_hooks.compare.weights",
+    # where a NaN/Inf came from (runs the training in subprocesses; MindSpore is imported there)
+    "first_nan": "msdebug_hooks.nan.runner",
+    "FirstNanResult": "msdebug_hooks.nan.result",
     # online debugger client
     "DebuggerCallback": "msdebug_hooks.debugger.callback",
     "DistributedDebugger": "msdebug_hooks.debugger.distributed",

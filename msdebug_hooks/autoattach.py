@@ -85,15 +85,18 @@ def install_from_env() -> None:
         configure_early()
 
 
-def install_functional_loop() -> None:
-    """Reach hand-written training loops too (``debugger.functional_loop``); idempotent. No MindSpore import."""
+def install_functional_loop(make_callbacks: Optional[CallbackFactory] = None) -> None:
+    """Reach hand-written training loops too (``debugger.functional_loop``); idempotent. No MindSpore import.
+
+    ``make_callbacks``: the callbacks the loop's session runs (default: the env's debugger; ``first-nan`` passes its
+    probe). One driver per process: the first call decides."""
     global _driver
     from msdebug_hooks.debugger import functional_loop, loop_hooks
 
     with _lock:
         if _driver is not None:
             return
-        _driver = functional_loop.FunctionalLoop(_debugger_from_env, _exit_on_config_error)
+        _driver = functional_loop.FunctionalLoop(make_callbacks or _debugger_from_env, _exit_on_config_error)
     _driver.install_exit_hooks()
     for module_name, patch in loop_hooks.patches(_driver).items():
         after_import(module_name, patch)

@@ -28,6 +28,7 @@ SECTIONS = {
     "debugger_overhead.py": ["debugger-overhead", "debugger-dump-source", "debugger-server"],
     "distributed_overhead.py": ["distributed-overhead"],
     "dump_check.py": ["dump-check"],
+    "first_nan_cost.py": ["first-nan"],
     "import_time.py": ["import-time"],
     "layer_recorder_overhead.py": ["layer-recorder-overhead"],
     "replay_cost.py": ["replay-cost"],

@@ -93,19 +93,20 @@ def install_from_env() -> bool:
 
 
 _SHIM = '''\
-"""Written by msdebug bisect: attach loss recording to this run ({module}); then the sitecustomize it hides."""
+"""Written by msdebug: attach {module}.{function} to this run; then the sitecustomize it hides."""
 import os as _os
 import sys as _sys
 
 
 def _msdebug_attach():
     try:
-        from msdebug_hooks.compare import run_recording
+        import importlib
+        attach = importlib.import_module("{module}")
     except Exception as exc:  # another Python than the one msdebug-hooks is installed in
-        _sys.stderr.write("msdebug bisect: cannot record this run's loss: %s cannot import msdebug_hooks (%s)\\n"
+        _sys.stderr.write("msdebug: cannot look into this run: %s cannot import msdebug_hooks (%s)\\n"
                           % (_sys.executable, exc))
         return
-    run_recording.install_from_env()
+    attach.{function}()
 
 
 def _msdebug_chain():
@@ -124,11 +125,14 @@ _msdebug_chain()
 '''
 
 
-def write_shim(directory: Path) -> Path:
-    """Write the ``sitecustomize.py`` that attaches the recording; put ``directory`` first on ``PYTHONPATH``."""
+def write_shim(directory: Path, entry: str = f"{__name__}:install_from_env") -> Path:
+    """Write the ``sitecustomize.py`` that calls ``entry`` (``module:function``, default: this module's loss
+    recording) at start-up; put ``directory`` first on ``PYTHONPATH``."""
     from msdebug_hooks._files import atomic_write_text
 
-    return atomic_write_text(Path(directory) / SHIM_NAME, _SHIM.format(module=__name__), mode=0o644)
+    module, function = entry.split(":")
+    return atomic_write_text(Path(directory) / SHIM_NAME, _SHIM.format(module=module, function=function),
+                             mode=0o644)
 
 
 def run_environment(base: Mapping[str, str], shim_dir: Path, loss_dir: Optional[Path],
