@@ -313,8 +313,9 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
                       workdir=str(root) if (workdir is not None or keep) else None)
     _mark(check, mindspore_cell, torch_module)
     finding = layers.finding
-    if finding is not None and finding.kind == attribution.PARAMETER_FINDING and finding.entry.name in copy.pairs:
-        check.origin = weight_origin(run_a.before[finding.entry.name], state, copy.pairs[finding.entry.name])
+    found = None if finding is None else copy.parameter_name(finding.entry.name)
+    if finding is not None and finding.kind == attribution.PARAMETER_FINDING and found in copy.pairs:
+        check.origin = weight_origin(run_a.before[found], state, copy.pairs[found])
     return check
 
 
@@ -332,7 +333,7 @@ def _mark(check: PortCheck, cell: Any, torch_module: Any) -> None:
         torch_layer = record_layer(culprit.record.name if culprit is not None and culprit.side == "B"
                                    else pair.record_b.name, dict(torch_module.named_modules()))
     elif check.updates:
-        check.marked = record_layer(check.updates[0].name, cells)
+        check.marked = record_layer(check.copy.paths.get(check.updates[0].name, check.updates[0].name), cells)
         check.marked_kind = "update"
     check.tree = tree_lines(cell, layer_errors(check.layers, cells), check.marked, check.copy.torch_name)
     if check.marked:
