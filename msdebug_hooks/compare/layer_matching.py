@@ -19,10 +19,11 @@ import dataclasses
 from typing import Mapping, NamedTuple, Optional
 
 from msdebug_hooks.compare.layer_capture import FORWARD_OUTPUT, LayerRecord
-from msdebug_hooks.compare.composites import layer_role, pair_runs
+from msdebug_hooks.compare.composites import pair_runs
 from msdebug_hooks.compare.layer_roles import VALUE_PRESERVING, free_role, pair_by_role, parameter_layers
 from msdebug_hooks.compare.layouts import pairable_by_shape
 from msdebug_hooks.compare.naming import name_candidates
+from msdebug_hooks.compare.role_names import layer_role
 from msdebug_hooks.compare.replay import layer_candidates
 
 MATCHED_BY_MAPPING = "mapping"
@@ -111,7 +112,7 @@ def match_records(records_a: list, records_b: list, framework_a: str, framework_
     holders_a, holders_b = parameter_layers(records_a), parameter_layers(records_b)
     pairs, unmatched_a, unmatched_b, runs, covered = pair_runs(pairs, (records_a, records_b),
                                                                (unmatched_a, unmatched_b), layer_types,
-                                                               (holders_a, holders_b))
+                                                               (holders_a, holders_b), (framework_a, framework_b))
     roles_a = {id(a): role for a in unmatched_a if (role := free_role(a, layer_types[0], holders_a)) is not None}
     roles_b = {id(b): role for b in unmatched_b if (role := free_role(b, layer_types[1], holders_b)) is not None}
     by_role, unmatched_a, unmatched_b = pair_by_role(pairs, unmatched_a, unmatched_b, roles_a, roles_b)

@@ -103,6 +103,13 @@ def test_a_layer_composite_is_paired_with_the_run_it_covers(tmp_path):
     pair = report.pairs[0]
     assert (pair.record_a.name, pair.record_b.name, pair.run_a) == ("norm", "bn", ("norm", "relu"))
     assert any("inside a composite layer" in note and "A's norm" in note for note in report.notes)
+    # a LeakyReLU where the composite applies a ReLU: the run's pair is named at the activation that differs
+    leaky = np.where(normed > 0, normed, 0.2 * normed)
+    d = _write(tmp_path / "d", "mindspore", [("norm", normed), ("relu", leaky), ("fc", [[3.0]])],
+               {"norm": "BatchNorm2d", "relu": "LeakyReLU", "fc": "Dense"}, ("norm.gamma", "fc.weight"))
+    report = compare_layers(d, b, mapping={"norm": "bn", "norm.gamma": "bn.weight"})
+    assert not report.ok and report.first_divergence.record_a.name == "relu"
+    assert report.first_divergence.run_a == ("norm", "relu")
     # the port without its ReLU: the run stops at the missing activation, and the composite's output differs
     c = _write(tmp_path / "c", "mindspore", [("norm", normed), ("fc", [[3.0]])],
                {"norm": "BatchNorm2d", "fc": "Dense"}, ("norm.gamma", "fc.weight"))
