@@ -1,12 +1,12 @@
 """Composite layers (issue 31): a layer that applies parameter-free children in its own forward is compared as one.
 
 The ``mindspore`` part runs tests/scripts/composite_run.py once (real MindSpore 2.10 CPU and real PyTorch CPU, one
-process, five small nets, about 15 s): a MindSpore cell computing ``x * sigmoid(x)`` with a ``Sigmoid`` child
-against ``nn.SiLU``; a ``BatchNorm2d`` subclass applying ``Identity`` and ``ReLU`` children against MindSpore's
-``BatchNorm2d`` then ``ReLU`` cells held in a ``CellList`` (whose parameters MindSpore names without the attribute).
-Correct pairs read clean; a hard swish, a BatchNorm eps and a transposed weight are named at their layer with the
-replay's verdict. The fast part checks the recording rules and the run pairing on PyTorch modules and written
-captures, without MindSpore.
+process, six small nets, about 10 s on an idle machine): a MindSpore cell computing ``x * sigmoid(x)`` with a
+``Sigmoid`` child against ``nn.SiLU``; a ``BatchNorm2d`` subclass applying ``Identity`` and ``ReLU`` children
+against MindSpore's ``BatchNorm2d`` then ``ReLU`` cells held in a ``CellList`` (whose parameters MindSpore names
+without the attribute). Correct pairs read clean; a hard swish, a BatchNorm eps and a transposed weight are named at
+their layer with the replay's verdict, a ``LeakyReLU`` after the BatchNorm at that activation. The fast part checks
+the recording rules and the run pairing on PyTorch modules and written captures, without MindSpore.
 """
 from __future__ import annotations
 
@@ -162,3 +162,6 @@ def test_a_batchnorm_applying_its_activation_pairs_with_batchnorm_then_relu(comp
     assert eps["settings"] == [["stages.0.a_bn", "eps"]]
     transposed = composite_results["transposed"]
     assert (transposed["marked"], transposed["kind"], transposed["replay"]) == ("stages.0.b", "parameter", "own")
+    leaky = composite_results["bn_leaky"]   # named at the activation, whose type the settings check names too
+    assert (leaky["marked"], leaky["kind"], leaky["replay"]) == ("stages.0.a_af", "layer", "own"), leaky["headline"]
+    assert leaky["settings"] == [["stages.0.a_af", "type"]]

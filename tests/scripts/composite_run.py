@@ -9,7 +9,8 @@ layer, its kind, the replay verdict, the settings found, the notes and the pairs
 * ``bn_act``: the reference normalizes with a ``BatchNorm2d`` subclass that applies ``drop`` (Identity) and ``act``
   children in its forward; the port has ``BatchNorm2d`` then ``ReLU`` cells, inside ``CellList`` attributes (whose
   parameters MindSpore names without the attribute); ``bn_act_eps``: one port BatchNorm's eps is 1e-2;
-  ``transposed``: one square 1x1 weight inside the ``CellList`` is loaded transposed.
+  ``transposed``: one square 1x1 weight inside the ``CellList`` is loaded transposed; ``bn_leaky``: the port's
+  activation after that BatchNorm is a ``LeakyReLU``.
 """
 from __future__ import annotations
 
@@ -92,10 +93,10 @@ class TorchBnActNet(nn.Module):
 
 
 class MsBlock(msnn.Cell):
-    def __init__(self, eps: float) -> None:
+    def __init__(self, eps: float, act=msnn.ReLU) -> None:
         super().__init__()
         self.a = msnn.Conv2d(3, 4, 3, pad_mode="pad", padding=1)
-        self.a_bn, self.a_af = msnn.BatchNorm2d(4, eps=eps, momentum=0.9), msnn.ReLU()
+        self.a_bn, self.a_af = msnn.BatchNorm2d(4, eps=eps, momentum=0.9), act()
         self.b, self.b_bn = msnn.Conv2d(4, 4, 1), msnn.BatchNorm2d(4, momentum=0.9)
 
     def construct(self, x):
@@ -104,10 +105,10 @@ class MsBlock(msnn.Cell):
 
 
 class MsBnActNet(msnn.Cell):
-    def __init__(self, eps: float = 1e-5) -> None:
+    def __init__(self, eps: float = 1e-5, act=msnn.ReLU) -> None:
         super().__init__()
         self.stages = msnn.CellList()      # filled after assignment, as mindcv's RegNet: "0.a.weight"
-        self.stages.append(MsBlock(eps))
+        self.stages.append(MsBlock(eps, act))
         self.af, self.fc = msnn.ReLU(), msnn.Dense(4, 3)
 
     def construct(self, x):
@@ -127,6 +128,7 @@ CASES = {
     "bn_act": (TorchBnActNet, MsBnActNet, None),
     "bn_act_eps": (TorchBnActNet, lambda: MsBnActNet(eps=1e-2), None),
     "transposed": (TorchBnActNet, MsBnActNet, _transposed),
+    "bn_leaky": (TorchBnActNet, lambda: MsBnActNet(act=msnn.LeakyReLU), None),
 }
 
 results = {}
