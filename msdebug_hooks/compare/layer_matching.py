@@ -19,9 +19,11 @@ import dataclasses
 from typing import Mapping, NamedTuple, Optional
 
 from msdebug_hooks.compare.layer_capture import FORWARD_OUTPUT, LayerRecord
-from msdebug_hooks.compare.layer_roles import VALUE_PRESERVING, free_role, pair_by_role, parameter_layers, role_of
+from msdebug_hooks.compare.composites import pair_runs
+from msdebug_hooks.compare.layer_roles import VALUE_PRESERVING, free_role, pair_by_role, parameter_layers
 from msdebug_hooks.compare.layouts import pairable_by_shape
 from msdebug_hooks.compare.naming import name_candidates
+from msdebug_hooks.compare.role_names import layer_role
 from msdebug_hooks.compare.replay import layer_candidates
 
 MATCHED_BY_MAPPING = "mapping"
@@ -44,6 +46,10 @@ class RecordMatching(NamedTuple):
     pairs: list[RecordPair]
     unmatched_a: list[LayerRecord]
     unmatched_b: list[LayerRecord]
+    #: ``id(pair)`` -> (A's layer names, B's) a pair stands for, where a composite layer covers a run of layers
+    runs: dict = {}
+    #: ``(side, record, composite)``: outputs inside a run a composite covers (:mod:`.composites`)
+    covered: list = []
 
 
 class FoldedRecords(NamedTuple):
@@ -90,12 +96,13 @@ def match_records(records_a: list, records_b: list, framework_a: str, framework_
         after = max((ob for oa, ob in same_kind if oa < a.order), default=-1)
         before = min((ob for oa, ob in same_kind if oa > a.order), default=float("inf"))
         layer_a = _layer(a, framework_a, layer_types[0])
-        if layer_a is not None and role_of(layer_a[1]) in VALUE_PRESERVING:
+        if layer_a is not None and layer_role(layer_a[2], layer_types[0]) in VALUE_PRESERVING:
             unmatched_a.append(a)   # paired by role below, after the layers that change values
             continue
         candidate = next((b for b in order_b if id(b) in free_b and b.kind == a.kind and after < b.order < before
-                          and _same_role(layer_a, layer_b := _layer(b, framework_b, layer_types[1]))
-                          and pairable_by_shape(a.shape, b.shape, layer_a, layer_b)), None)
+                          and _same_role(layer_a, layer_b := _layer(b, framework_b, layer_types[1]), layer_types)
+                          and pairable_by_shape(a.shape, b.shape, layer_a and layer_a[:2], layer_b and layer_b[:2])),
+                         None)
         if candidate is None:
             unmatched_a.append(a)
         else:
@@ -103,12 +110,15 @@ def match_records(records_a: list, records_b: list, framework_a: str, framework_
             pairs.append(RecordPair(a, candidate, MATCHED_BY_ORDER))
     unmatched_b = [b for b in records_b if id(b) in free_b]
     holders_a, holders_b = parameter_layers(records_a), parameter_layers(records_b)
+    pairs, unmatched_a, unmatched_b, runs, covered = pair_runs(pairs, (records_a, records_b),
+                                                               (unmatched_a, unmatched_b), layer_types,
+                                                               (holders_a, holders_b), (framework_a, framework_b))
     roles_a = {id(a): role for a in unmatched_a if (role := free_role(a, layer_types[0], holders_a)) is not None}
     roles_b = {id(b): role for b in unmatched_b if (role := free_role(b, layer_types[1], holders_b)) is not None}
     by_role, unmatched_a, unmatched_b = pair_by_role(pairs, unmatched_a, unmatched_b, roles_a, roles_b)
     pairs += [RecordPair(a, b, MATCHED_BY_ROLE) for a, b in by_role]
     pairs.sort(key=lambda pair: (pair.a.kind != FORWARD_OUTPUT, pair.a.order))
-    return RecordMatching(pairs, unmatched_a, unmatched_b)
+    return RecordMatching(pairs, unmatched_a, unmatched_b, runs, covered)
 
 
 def _mapped(mapping: Mapping[str, str], name: str) -> Optional[str]:
@@ -122,21 +132,21 @@ def _keys(record: LayerRecord, framework: str) -> tuple:
     return (record.name,) if record.kind == FORWARD_OUTPUT else name_candidates(record.name, framework)
 
 
-def _same_role(layer_a: Optional[tuple], layer_b: Optional[tuple]) -> bool:
+def _same_role(layer_a: Optional[tuple], layer_b: Optional[tuple], types: tuple) -> bool:
     """Whether two layers play the same parameter-free role (or none): an order+shape coincidence never pairs a
     ``Dropout`` with an ``Identity``, whose classes the layout table knows neither of."""
     if layer_a is None or layer_b is None:
         return True
-    return role_of(layer_a[1]) == role_of(layer_b[1])
+    return layer_role(layer_a[2], types[0]) == layer_role(layer_b[2], types[1])
 
 
 def _layer(record: LayerRecord, framework: str, types: Mapping[str, str]) -> Optional[tuple]:
-    """``(framework, class name)`` of the layer that produced ``record``, when its capture says."""
+    """``(framework, class name, layer name)`` of the layer that produced ``record``, when its capture says."""
     if not types:
         return None
     names = layer_candidates(record.name) if record.kind == FORWARD_OUTPUT else [record.name.rpartition(".")[0]]
-    found = next((types[name] for name in names if name in types), None)
-    return None if found is None else (framework, found)
+    found = next((name for name in names if name in types), None)
+    return None if found is None else (framework, types[found], found)
 
 
 def fold_containers(records_a: list, records_b: list, containers_a: Mapping[str, list],

@@ -87,25 +87,31 @@ def replay_verdict(pair: Any, capture_a: Capture, capture_b: Capture, step_a: in
     observed = attribution.error_of(entry)
     floor = attribution.FORWARD_FLOOR[attribution.coarser_dtype(entry.dtype_a, entry.dtype_b)]
     name_a, name_b = pair.record_a.name, pair.record_b.name
+    # a side standing for a run of layers (a composite on the other side covers them) is fed at the run's first
+    # layer and replayed as the run, each layer on the previous one's output
+    run_a, run_b = getattr(pair, "run_a", ()) or (name_a,), getattr(pair, "run_b", ()) or (name_b,)
     unknown = ReplayVerdict(name_a, "unknown", "", None, None, observed, floor)
     try:
-        inputs_a = replay.layer_inputs(capture_a, step_a, name_a)
-        inputs_b = replay.layer_inputs(capture_b, step_b, name_b)
+        inputs_a = replay.layer_inputs(capture_a, step_a, run_a[0])
+        inputs_b = replay.layer_inputs(capture_b, step_b, run_b[0])
     except (ConfigError, CaptureError) as exc:
         inputs_a = inputs_b = None
         missing = str(exc)
     input_error = _input_error(inputs_a, inputs_b) if inputs_a is not None else None
     for model, inputs, name, reference, how in (
-            (model_a, inputs_b, name_a, capture_b.load(pair.record_b), "A's layer run on B's inputs"),
-            (model_b, inputs_a, name_b, capture_a.load(pair.record_a), "B's layer run on A's inputs")):
+            (model_a, inputs_b, run_a, capture_b.load(pair.record_b), "A's layer run on B's inputs"),
+            (model_b, inputs_a, run_b, capture_a.load(pair.record_a), "B's layer run on A's inputs")):
         if model is None:
             continue
         if inputs is None:
             return _replace_note(unknown, f"cannot replay: {missing}")
         try:
-            outputs = replay.replay_layer(model, name, inputs)
+            outputs = replay.replay_layer(model, name[0], inputs)
+            for later in name[1:]:
+                outputs = replay.replay_layer(model, later, outputs[:1])
         except ConfigError as exc:
             return _replace_note(unknown, f"cannot replay: {exc}")
+        name = name[-1]
         index = 0 if len(outputs) == 1 else _output_index(name)
         if index >= len(outputs):
             return _replace_note(unknown, f"the replayed layer gave {len(outputs)} output(s), not output {index}")

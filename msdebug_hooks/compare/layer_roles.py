@@ -5,7 +5,9 @@ has an ``nn.ReLU`` cell, timm's ViT holds ``nn.Identity`` norms, MindSpore model
 lack, an ``AdaptiveAvgPool2d`` + ``Flatten`` stands for a ``mean``. Their names shift too. So, between two paired
 layers, the parameter-free layers left over on both sides are paired **by order and role**, whatever their types:
 
-* the role of a layer comes from its class (:func:`role_of`): ``activation`` (an activation of the layout table,
+* the role of a layer comes from its class (:func:`role_of`; a layer built of parameter-free children, such as a
+  ``Swish`` holding a ``Sigmoid``, plays theirs: :func:`msdebug_hooks.compare.role_names.layer_role`):
+  ``activation`` (an activation of the layout table,
   either framework's name, case aside), ``pooling`` (a class name holding ``Pool``), ``dropout`` (``Drop``:
   ``Dropout``, ``DropPath``), ``identity`` (``Identity``), ``reshape`` (``Flatten``, ``Unflatten``, ``Reshape``);
 * a layer is parameter-free when no parameter or gradient record of the capture lies under its name (a ``PReLU``
@@ -30,19 +32,11 @@ import numpy as np
 from msdebug_hooks.compare import attribution
 from msdebug_hooks.compare.layer_capture import (FORWARD_OUTPUT, PARAMETER, PARAMETER_GRADIENT, Capture, CaptureError,
                                                  LayerRecord)
-from msdebug_hooks.compare.layouts import LAYOUTS, pairable_by_shape
+from msdebug_hooks.compare.layouts import pairable_by_shape
+from msdebug_hooks.compare.role_names import (ACTIVATION, DROPOUT, IDENTITY, OTHER, POOLING, RESHAPE,  # noqa: F401
+                                              VALUE_PRESERVING, layer_role, role_of)
 from msdebug_hooks.compare.replay import layer_candidates
 from msdebug_hooks.errors import ConfigError
-
-ACTIVATION, POOLING, DROPOUT, IDENTITY, RESHAPE = "activation", "pooling", "dropout", "identity", "reshape"
-#: a parameter-free layer of no role above (a ``Pad`` cell): unpaired it is a note too, but it pairs by role with none
-OTHER = "other"
-#: roles whose output holds the input's values (in eval, or with p = 0 for dropout)
-VALUE_PRESERVING = (DROPOUT, IDENTITY, RESHAPE)
-_ACTIVATION_NAMES = frozenset(name.lower() for layout in LAYOUTS if not layout.params and not layout.atomic
-                              for name in layout.mindspore + layout.pytorch)
-_RESHAPE_NAMES = ("flatten", "unflatten", "reshape")
-
 
 class FreeRecord(NamedTuple):
     """A parameter-free layer's output record without a partner: which side, the record, its role and class."""
@@ -54,24 +48,6 @@ class FreeRecord(NamedTuple):
 
     def describe(self) -> str:
         return f"{self.side}'s {self.record.name} ({self.layer_type}, {self.role})"
-
-
-def role_of(class_name: Optional[str]) -> Optional[str]:
-    """The role of a layer class by its name (None: a layer with no parameter-free role)."""
-    if not class_name:
-        return None
-    name = class_name.lower()
-    if name in _ACTIVATION_NAMES:
-        return ACTIVATION
-    if name == "identity":
-        return IDENTITY
-    if "drop" in name:
-        return DROPOUT
-    if "pool" in name:
-        return POOLING
-    if name in _RESHAPE_NAMES:
-        return RESHAPE
-    return None
 
 
 def layer_type(record: LayerRecord, types: Mapping[str, str]) -> Optional[str]:
@@ -100,7 +76,7 @@ def free_role(record: LayerRecord, types: Mapping[str, str], holders: set) -> Op
     layer = next((name for name in layer_candidates(record.name) if name in types), None)
     if layer is None or layer in holders:
         return None
-    role = role_of(types[layer])
+    role = layer_role(layer, types)
     return OTHER if role is None and holders else role
 
 

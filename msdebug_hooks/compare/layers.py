@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from msdebug_hooks.compare import attribution
+from msdebug_hooks.compare.composites import covered_note
 from msdebug_hooks.compare.layer_capture import (COMPARED_KINDS, FORWARD_OUTPUT, PARAMETER, PARAMETER_GRADIENT, Capture,
                                                  CaptureError, LayerRecord, read_capture)
 from msdebug_hooks.compare.layer_matching import MATCHED_BY_ROLE, fold_containers, match_records
@@ -46,6 +47,8 @@ class LayerPair:
     result: Any  # metrics.TensorComparison
     type_a: str = ""   # the classes of the layers behind the records, where the captures name them
     type_b: str = ""
+    run_a: tuple = ()  # the layers a side stands for when a composite on the other covers them (.composites)
+    run_b: tuple = ()
 
     @property
     def types_differ(self) -> bool:
@@ -58,6 +61,8 @@ class LayerPair:
         data.update(self.result.as_dict())
         if self.type_a or self.type_b:
             data.update(type_a=self.type_a, type_b=self.type_b)
+        if self.run_a or self.run_b:
+            data.update(run_a=list(self.run_a), run_b=list(self.run_b))
         return data
 
     def entry(self) -> attribution.Entry:
@@ -308,7 +313,7 @@ def compare_layers(capture_a: Any, capture_b: Any, *, step_a: Optional[int] = No
     records_a, records_b, notes = fold_containers(cap_a.step_records(sa, kinds), cap_b.step_records(sb, kinds),
                                                   cap_a.containers, cap_b.containers)
     left_out = _kinds_one_side_lacks(records_a, records_b)
-    pairs, only_a, only_b = match_records([r for r in records_a if r.kind not in left_out],
+    pairs, only_a, only_b, runs, covered = match_records([r for r in records_a if r.kind not in left_out],
                                           [r for r in records_b if r.kind not in left_out],
                                           cap_a.framework, cap_b.framework, mapping,
                                           layer_types=(cap_a.layer_types, cap_b.layer_types))
@@ -322,9 +327,13 @@ def compare_layers(capture_a: Any, capture_b: Any, *, step_a: Optional[int] = No
                              unmatched_b=[r for r in only_b if id(r) not in freed],
                              warnings_diverge=warnings_diverge, kinds_left_out=left_out, notes=notes,
                              unpaired_free=free)
-    for a, b, how in pairs:
+    if covered:
+        report.notes.append(covered_note(covered))
+    for pair in pairs:
+        a, b, how = pair
         report.pairs.append(LayerPair(a, b, how, _compare_pair(cap_a, a, cap_b, b, tolerance),
-                                      layer_type(a, cap_a.layer_types) or "", layer_type(b, cap_b.layer_types) or ""))
+                                      layer_type(a, cap_a.layer_types) or "", layer_type(b, cap_b.layer_types) or "",
+                                      *runs.get(id(pair), ((), ()))))
     finding = report.finding if (replay or replay_a is not None or replay_b is not None or free) else None
     replayed = _replayed_pair(report, finding) if (replay or replay_a is not None or replay_b is not None) else None
     if replayed is not None:

@@ -17,6 +17,9 @@ What is captured:
   of the container cells named in ``containers``, each call of a cell used twice recorded separately (``relu``,
   ``relu#1``); tuple outputs as ``name.0``, ``name.1``;
 * parameter values at the start of a captured step (``record_parameters=True``);
+* parameters and their gradients are named by their cell path (``parameters_and_names()``: ``stages.0.conv.weight``),
+  not by ``Parameter.name``: MindSpore names the parameters of cells held in a ``CellList`` or ``SequentialCell``
+  attribute without the attribute (``0.conv.weight``), so the name would not lie under the layer that holds it;
 * parameter gradients: in a custom loop from the gradients you pass to :meth:`record_gradients` (e.g. those
   ``value_and_grad`` returned), in any mode; under ``Model.train`` from the step's outputs when the train network
   is ``nn.TrainOneStepCell(..., return_grad=True)`` (any mode), else in PyNative from the optimizer's input (a
@@ -170,6 +173,8 @@ class LayerRecorder(Callback, FrameworkRecorder):
         _RECORDERS[self._id] = self
         self._handles: list = []
         self._parameters = list(network.trainable_params())
+        #: Parameter.name -> its cell path (see the module doc), only where the two differ
+        self._paths = {param.name: path for path, param in network.parameters_and_names() if param.name != path}
         self._hooked_optimizer = False
         self._last_call: Optional[tuple] = None
         cells = dict(network.cells_and_names())
@@ -193,7 +198,7 @@ class LayerRecorder(Callback, FrameworkRecorder):
         self._last_call = None
         if capturing and self.record_parameters:
             for param in self._parameters:
-                self.add_value(param.name, PARAMETER, param)
+                self.add_value(self.path_of(param.name), PARAMETER, param)
         return capturing
 
     def end_step(self) -> None:
@@ -208,7 +213,11 @@ class LayerRecorder(Callback, FrameworkRecorder):
             raise ValueError(f"gradients: {len(gradients)} given for {len(parameters)} parameters; pass "
                              f"parameters= in the gradients' order")
         for param, grad in zip(parameters, gradients):
-            self.add_value(param.name, PARAMETER_GRADIENT, grad)
+            self.add_value(self.path_of(param.name), PARAMETER_GRADIENT, grad)
+
+    def path_of(self, name: str) -> str:
+        """The record name of parameter ``name``: its cell path in the network (the module doc says why)."""
+        return self._paths.get(name, name)
 
     def hook_optimizer(self, optimizer: "ms.nn.Cell") -> bool:
         """Record the gradients ``optimizer`` receives (PyNative only); False, with a warning, in GRAPH_MODE."""
@@ -269,7 +278,7 @@ class LayerRecorder(Callback, FrameworkRecorder):
         if self.session.capturing and isinstance(outputs, (tuple, list)) and len(outputs) == 2 \
                 and isinstance(outputs[1], dict):  # TrainOneStepCell(return_grad=True): (loss, {name: gradient})
             for name, gradient in outputs[1].items():
-                self.add_value(name, PARAMETER_GRADIENT, gradient)
+                self.add_value(self.path_of(name), PARAMETER_GRADIENT, gradient)
         self.end_step()
 
     def on_train_end(self, run_context) -> None:

@@ -36,6 +36,7 @@ from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, mindspore_
 from msdebug_hooks.compare.port_tree import layer_errors, record_layer, source_line, tree_lines
 from msdebug_hooks.compare.port_updates import UpdateFinding, compare_updates
 from msdebug_hooks.compare.port_weights import WeightCopy, copy_into, pair_parameters, torch_state
+from msdebug_hooks.compare.role_names import role_of
 from msdebug_hooks.compare.spatial_settings import input_sizes
 from msdebug_hooks.compare.weight_origin import weight_origin
 from msdebug_hooks.errors import ConfigError
@@ -200,7 +201,8 @@ def _partner_names(copy: WeightCopy, layers: LayerComparison, cell: Any, torch_m
     """MindSpore layer -> its PyTorch partner for the settings check: the module map of the weights, else the pair
     the layer comparison made of the layers' outputs where both are of one class name (a parameter-free
     ``max_pool`` paired by order and role with ``maxpool``; a ``Sigmoid`` paired by role with a ``SiLU`` is the
-    comparison's to judge by their values), else the module map's guess."""
+    comparison's to judge by their values), or, for the cells of a run a PyTorch composite covers, the composite's
+    child each stands for (:func:`_children_for`), else the module map's guess."""
     cells, modules = dict(cell.cells_and_names()), dict(torch_module.named_modules())
     compared = {}
     for pair in layers.pairs:
@@ -208,10 +210,27 @@ def _partner_names(copy: WeightCopy, layers: LayerComparison, cell: Any, torch_m
             ms_layer, torch_layer = record_layer(pair.record_a.name, cells), record_layer(pair.record_b.name, modules)
             if ms_layer and torch_layer:
                 compared.setdefault(ms_layer, torch_layer)
+        if pair.run_a:   # a PyTorch composite covering a run of cells: each later cell meets the child it stands for
+            compared.update(_children_for(pair.run_a[1:], cells, record_layer(pair.record_b.name, modules), modules))
 
     def partner(name: str) -> Optional[str]:
         return copy.modules.get(name) or compared.get(name) or copy.torch_name(name)
     return partner
+
+
+def _children_for(run: tuple, cells: dict, composite: Optional[str], modules: dict) -> dict:
+    """MindSpore cell -> the child of PyTorch's ``composite`` it stands for: in order, the next child of its role
+    (a ``LeakyReLU`` cell meets the ``ReLU`` child, and the settings check names the type)."""
+    children = [(f"{composite}.{name}", child) for name, child in modules[composite].named_children()] \
+        if composite in modules else []
+    found = {}
+    for layer in run:
+        role = role_of(type(cells[layer]).__name__) if layer in cells else None
+        index = next((i for i, (_, child) in enumerate(children) if role_of(type(child).__name__) == role), None)
+        if role is not None and index is not None:
+            found[layer] = children[index][0]
+            children = children[index + 1:]
+    return found
 
 
 def _input_sizes(cell: Any, capture: Path) -> dict:
@@ -313,8 +332,9 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
                       workdir=str(root) if (workdir is not None or keep) else None)
     _mark(check, mindspore_cell, torch_module)
     finding = layers.finding
-    if finding is not None and finding.kind == attribution.PARAMETER_FINDING and finding.entry.name in copy.pairs:
-        check.origin = weight_origin(run_a.before[finding.entry.name], state, copy.pairs[finding.entry.name])
+    found = None if finding is None else copy.parameter_name(finding.entry.name)
+    if finding is not None and finding.kind == attribution.PARAMETER_FINDING and found in copy.pairs:
+        check.origin = weight_origin(run_a.before[found], state, copy.pairs[found])
     return check
 
 
@@ -332,7 +352,7 @@ def _mark(check: PortCheck, cell: Any, torch_module: Any) -> None:
         torch_layer = record_layer(culprit.record.name if culprit is not None and culprit.side == "B"
                                    else pair.record_b.name, dict(torch_module.named_modules()))
     elif check.updates:
-        check.marked = record_layer(check.updates[0].name, cells)
+        check.marked = record_layer(check.copy.paths.get(check.updates[0].name, check.updates[0].name), cells)
         check.marked_kind = "update"
     check.tree = tree_lines(cell, layer_errors(check.layers, cells), check.marked, check.copy.torch_name)
     if check.marked:

@@ -54,6 +54,7 @@ class WeightCopy:
     constants: list = field(default_factory=list)       # non-trainable ms parameters the model builds itself
     rules: list = field(default_factory=list)          # suggested mapping rules (for the structure pairs)
     copied: bool = True                                # False: the cell kept its own weights (checked, not copied)
+    paths: dict = field(default_factory=dict)          # ms name -> its cell path, where the two differ (CellList)
 
     @property
     def by_structure(self) -> list:
@@ -63,12 +64,18 @@ class WeightCopy:
         """MindSpore record name -> PyTorch record name where the two differ (None when every name agrees): exact
         pairs for the layers and parameters. No rule maps what lies below a renamed container by name: containers
         that nest their layers differently would pair unlike layers, so parameter-free layers there pair by order
-        and role in the comparison."""
-        pairs = {ms: torch for ms, torch in {**self.modules, **self.pairs}.items()
+        and role in the comparison. A parameter is keyed by its cell path, the name ``LayerRecorder`` records it
+        under."""
+        named = {self.paths.get(ms, ms): torch for ms, torch in self.pairs.items()}
+        pairs = {ms: torch for ms, torch in {**self.modules, **named}.items()
                  if pytorch_style_name(ms) != torch}
         if not pairs:
             return None
         return NameMapping(pairs, [])
+
+    def parameter_name(self, path: str) -> str:
+        """The ``Parameter.name`` of the parameter at cell path ``path`` (a record's name)."""
+        return next((name for name, at in self.paths.items() if at == path), path)
 
     def torch_name(self, ms_layer: str) -> Optional[str]:
         """The PyTorch module name of MindSpore layer ``ms_layer``: its own entry of the module map, else its
@@ -174,6 +181,7 @@ def pair_parameters(state: Mapping[str, np.ndarray], cell: Any, mapping: Optiona
             target = copy.reshaped if transform_between(shapes[ms_name], state[torch_name].shape) else copy.unit_axes
             target.append(ms_name)
     copy.modules = module_map(copy.pairs, {param.name: path for path, param in params}, state)
+    copy.paths = {name: path for name, path in paths.items() if name != path}
     structural = [(ms, torch) for ms, torch in copy.pairs.items() if copy.how[ms] == BY_STRUCTURE]
     copy.rules = [str(rule) for rule in suggest_rules((torch, pytorch_style_name(ms)) for ms, torch in structural)]
     return copy
