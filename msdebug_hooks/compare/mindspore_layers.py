@@ -261,6 +261,11 @@ class LayerRecorder(Callback, FrameworkRecorder):
         return capturing
 
     def end_step(self) -> None:
+        if self._layer_handles and self.hooks_per_step and self.session.capturing and self._last_call is None:
+            warnings.warn(f"LayerRecorder: step {self.session.current_step} is captured but no layer output reached "
+                          "the recorder: the network did not run inside the step, or this MindSpore did not "
+                          "recompile the graph when the hooks went on (steps=None keeps them compiled in)",
+                          RuntimeWarning, stacklevel=2)
         self.session.end_step()
         if self.hooks_per_step:
             self._detach_hooks()

@@ -1,5 +1,5 @@
 """A GRAPH_MODE ``LayerRecorder`` with chosen steps keeps its hooks out of the compiled graph on the steps it does
-not capture (issue 34): real MindSpore 2.10 CPU, LeNet under ``Model.train``, ``steps={3, 5}`` over 6 steps.
+not capture (issue 34): real MindSpore 2.10 CPU, LeNet under ``Model.train``, ``steps={3, 5, 7}`` over 6 steps.
 
 The delivery function (the one compiled hooks call back into Python) is wrapped to count its calls per recorder:
 steps 1, 2, 4 and 6 make none, steps 3 and 5 one per layer call; a recorder with ``steps=None`` on a twin network
@@ -19,7 +19,7 @@ from project import run_python
 pytestmark = pytest.mark.mindspore
 
 SCRIPT = """
-import collections, json, sys
+import collections, json, sys, warnings
 import numpy as np
 import mindspore as ms
 from mindspore import nn
@@ -45,7 +45,7 @@ class CallsPerStep(Callback):
         self.seen = CALLS[self.recorder._id]
 
 out = {}
-for name, steps in (("per_step", {3, 5}), ("every_step", None)):
+for name, steps in (("per_step", {3, 5, 7}), ("every_step", None)):
     ms.set_seed(1)
     net = make_lenet()
     optimizer = nn.Momentum(net.trainable_params(), 0.01, 0.9)
@@ -53,10 +53,17 @@ for name, steps in (("per_step", {3, 5}), ("every_step", None)):
                                                                                       reduction="mean")), optimizer)
     recorder = ml.LayerRecorder(net, sys.argv[1] + "/" + name, steps=steps)
     counter = CallsPerStep(recorder)
-    Model(cell).train(1, make_dataset(6, 8), callbacks=[recorder, counter], dataset_sink_mode=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Model(cell).train(1, make_dataset(6, 8), callbacks=[recorder, counter], dataset_sink_mode=False)
+        training_warnings = [str(w.message) for w in caught if "LayerRecorder" in str(w.message)]
+        with recorder.step(7):
+            pass   # captured, but the network never runs: said, not written as a clean empty step
+        idle_warnings = [str(w.message) for w in caught if "LayerRecorder" in str(w.message)]
     capture = read_capture(recorder.directory)
     out[name] = {"hooks_per_step": recorder.hooks_per_step, "calls": counter.per_step, "steps": capture.steps,
                  "graphs": len(cell.compile_cache), "hooks_left": sum(len(c._forward_hook) for c in net.cells()),
+                 "warnings": [training_warnings, idle_warnings[len(training_warnings):]],
                  "step3": {r.name: capture.load(r).tolist() for r in capture.step_records(3)}}
 print("RESULT " + json.dumps(out))
 """
@@ -78,3 +85,7 @@ def test_graph_mode_recorder_hooks_only_the_captured_steps(tmp_path):
     # the hookless and the hooked graph, each compiled once and reused; no hook left on the network
     assert per_step["graphs"] == 2 and every_step["graphs"] == 1
     assert per_step["hooks_left"] == 0 and every_step["hooks_left"] > 0
+    # a captured step that no layer output reached is warned about (here: the network did not run in it)
+    assert per_step["warnings"][0] == [] and len(per_step["warnings"][1]) == 1
+    assert "step 7 is captured but no layer output reached" in per_step["warnings"][1][0]
+    assert every_step["warnings"] == [[], []]   # hooks compiled in: nothing to check
