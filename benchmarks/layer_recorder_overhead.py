@@ -6,9 +6,10 @@ frameworks; :mod:`bench_nets`), batch ``--batch``, plain SGD. Three variants per
 instance with the same initial weights and batches:
 
 * plain: no recorder;
-* attached, not capturing: a recorder attached (``steps=[]``), the step inside ``recorder.step(n)`` as in the docs;
-  every hooked layer call still reaches the hook, which returns at once (in GRAPH_MODE: the compiled hook's call
-  into Python);
+* attached, not capturing: a recorder attached with ``steps=[1]``, each step inside its step block as in the docs;
+  step 1 (warm-up) is captured, the timed steps are not. PyTorch and PyNative: every hooked layer call still reaches
+  the hook, which returns at once. GRAPH_MODE: the hooks are on during step 1 only, so the timed steps run the
+  hookless graph, compiled at step 2 and taken from MindSpore's cache after (``LayerRecorder``'s docstring);
 * capturing every step: each layer's output copied to the host and written, the manifest rewritten; gradients too
   (PyTorch reads ``.grad``; MindSpore PyNative ``record_gradients``; GRAPH_MODE's ``TrainOneStepCell`` returns none).
   It runs a quarter of the steps per round, at most half of ``--steps`` (it writes every step, and the manifest,
@@ -78,7 +79,7 @@ def measure_net(worker: str, net: str, args, workdir: Path) -> dict:
         recorder = None
         if capture is not None:
             recorder = recorder_class(trainer.network, workdir / f"{net}_{len(variants)}",
-                                      steps=None if capture else [])
+                                      steps=None if capture else [1])   # warm-up step 1 only: see the docstring
             if worker == "pynative":
                 trainer.recorder = recorder
         variants[name] = (trainer, recorder)
