@@ -17,15 +17,14 @@ arguments only, so a hook registered or removed after the first compile is silen
 ``MS_DEV_JIT_AST_ENABLE_GUARD=1`` (the recorder sets it; 2.7 always does) the key also holds MindSpore's hook
 version, a counter that every register and remove increments. The recorder labels the version of its hooked state
 with its own tag and, when nobody else touched a hook in between, puts the counter back after removing them: the
-hookless graph and the hooked graph are each compiled once and then reused from MindSpore's graph cache. (The
-counts it steps back over only ever existed between its own register and remove calls, so no graph was compiled
-under them and none can be taken for another state.) So the
-first captured step pays one compile of the hooked graph (that step, compile and capture, took 5.1-5.3 s against
-2.7-2.9 s for the first plain step of LeNet, 96 s against 45 s for ``benchmarks/small_transformer.py``, load 25-29
-on 2 cores), later captured steps none; a recorder created after the training's first compile adds one compile of
-the hookless graph at its first step (the key gains the version). Steps not captured run the very graph plain
-training runs. PyNative, and ``steps=None``, keep their hooks from creation to :meth:`~LayerRecorder.remove` (a
-PyNative hook that returns at once costs little).
+hookless graph and the hooked graph are each compiled once and then reused from MindSpore's graph cache. (The counts
+it steps back over only ever existed between its own register and remove calls, so no graph was compiled under them
+and none can be taken for another state.) So the first captured step pays one compile of the hooked graph, about
+twice a plain compile (that step, compile and capture, took 1.4 s against 0.76 s for the first plain step of LeNet,
+27 s against 12 s for ``benchmarks/small_transformer.py``, at load 10 on 2 cores), later captured steps none; a
+recorder created after the training's first compile adds one compile of the hookless graph at its first step (the
+key gains the version). Steps not captured run the very graph plain training runs. PyNative, and ``steps=None``,
+keep their hooks from creation to :meth:`~LayerRecorder.remove` (a PyNative hook that returns at once costs little).
 
 What is captured:
 
