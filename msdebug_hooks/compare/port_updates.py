@@ -37,16 +37,17 @@ class Inherited:
     forward_level: float = 0.0                      # the largest forward error of the step
 
     def of(self, name: str, trained: bool) -> tuple[float, str]:
-        """``(error, what it is)`` an update of ``name`` inherits: a trained parameter its gradient's (the update is
-        ``-lr x gradient``), a buffer its layer's forward level (running statistics are forward results)."""
+        """``(error, the words before it in a message)``: what an update of ``name`` inherits: a trained parameter
+        its gradient's error (the update is ``-lr x gradient``), a buffer its layer's forward level (running
+        statistics are forward results)."""
         if trained:
             if name in self.gradients:
-                return self.gradients[name], "its gradient"
+                return self.gradients[name], "its gradient differs by"
             return 0.0, ""
         layer = attribution.layer_of(name)
         if layer in self.forward:
-            return self.forward[layer], "the forward outputs up to its layer"
-        return self.forward_level, "the forward outputs"
+            return self.forward[layer], "the forward outputs up to its layer differ by"
+        return self.forward_level, "the forward outputs differ by"
 
 
 def inherited_errors(entries: Sequence[attribution.Entry], negligible: float = 1e-6) -> Inherited:
@@ -136,7 +137,7 @@ def compare_updates(copy: WeightCopy, run_a: SideRun, run_b: SideRun,
         upstream, source = (inherited or Inherited()).of(ms_name, trained)
         if difference > floor * scale + rounding and error > attribution.JUMP * upstream:
             what = "update (-lr x gradient)" if trained else "change in the step (a running statistic)"
-            against = f"; {source} differ by {_size(upstream)}" if source else ""
+            against = f"; {source} {_size(upstream)}" if source else ""
             findings.append(UpdateFinding(ms_name, torch_name, error, floor,
                                           f"{ms_name}: its {what} differs by {_size(error)} relative from PyTorch's "
                                           f"{torch_name} (floor {floor:.0e} of its layer's update scale{against})"))
