@@ -134,7 +134,7 @@ def compare_updates(copy: WeightCopy, run_a: SideRun, run_b: SideRun,
         if difference <= rounding:
             continue
         error = difference / scale if scale > 0 else float("inf")
-        upstream, source = (inherited or Inherited()).of(ms_name, trained)
+        upstream, source = inherited.of(ms_name, trained) if inherited is not None else (0.0, "")
         if difference > floor * scale + rounding and error > attribution.JUMP * upstream:
             what = "update (-lr x gradient)" if trained else "change in the step (a running statistic)"
             against = f"; {source} {_size(upstream)}" if source else ""

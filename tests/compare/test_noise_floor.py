@@ -20,7 +20,8 @@ from msdebug_hooks.compare import attribution
 
 torch = pytest.importorskip("torch")
 
-#: seeds of the noise-only pairs (the first shows a ReLU input flipped by float32 noise on this machine's kernels)
+#: seeds of the noise-only pairs: forward levels 6e-4, 1e-3, 1e-4; on the first a ReLU input flipped by float32
+#: noise moves the last BatchNorm's beta gradient by 1.9e-1 (kink floor 2.5e-1), the fixed floor named it
 SEEDS = (5, 0, 1)
 
 
@@ -82,7 +83,7 @@ def test_a_real_change_of_the_same_kind_is_still_named(tmp_path):
     def scaled_gradient(net):          # a backward-only change: the gradient into layer 61 (a BatchNorm) x1.5
         net[61].register_forward_hook(lambda module, args, out: out.register_hook(lambda g: g * 1.5) and None)
 
-    layers, _, _ = _pair(tmp_path, 0, scaled_gradient, "gradient")
+    layers, _, _ = _pair(tmp_path, 1, scaled_gradient, "gradient")
     finding = layers.finding
     assert finding is not None and finding.kind == attribution.GRADIENT_FINDING, finding
     assert finding.entry.name.startswith(("61.", "60.")), finding.describe()
@@ -90,6 +91,6 @@ def test_a_real_change_of_the_same_kind_is_still_named(tmp_path):
     def momentum(net):                 # the running statistics of layer 31 move by 0.12 of the batch, not 0.1
         net[31].momentum = 0.12
 
-    layers, updates, _ = _pair(tmp_path, 0, momentum, "momentum")
+    layers, updates, _ = _pair(tmp_path, 1, momentum, "momentum")
     assert layers.finding is None, layers.finding.describe()
     assert {u.name for u in updates} == {"31.running_mean", "31.running_var"}, [u.message for u in updates]
