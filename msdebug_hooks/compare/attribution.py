@@ -39,6 +39,15 @@ batch and the positions of per-position terms (``dy * x`` for a weight, ``dy`` f
   root-mean-square element of all the layer's parameter gradients (the reference's), times the square root of its
   own size. A gradient that is not cancelled is measured as before; a layer of one parameter is unchanged.
 * the floor is higher (float32: 1e-2): even measured so, sums of many terms of both signs leave several 1e-3.
+* and it rises with the forward level (:func:`kink_floor`): a piecewise operation (ReLU, ReLU6, a hard swish, max
+  pooling) routes each gradient term by a comparison, so an element that lies within the runs' forward difference of
+  a kink is routed differently on the two sides, and its whole term moves. Where the forward outputs differ by ``e``
+  (relative), about a share ``e`` of the elements lie that close; flipping a share ``e`` of a sum's terms moves it
+  by about ``sqrt(e)`` of its size, whatever the number of terms. A sum of few terms (a BatchNorm over 8 values)
+  shows it as one flipped term: MobileNet v2 in float32 against float64 flips one ReLU6 input of 7,680 after a
+  2x2 BatchNorm, and that BatchNorm's beta gradient differs by 1.4e-2. A gradient's floor is therefore at least
+  ``JUMP * sqrt(e)``, ``e`` the largest forward error: 10 times the error kink flips explain, as a jump is 10 times
+  the error inherited.
 
 A layer's parameters are the records whose names agree up to the last dot (``layer1.0.bn1.weight`` and
 ``layer1.0.bn1.bias``): the naming both frameworks give a layer's parameters, no name of a model or layer type.
@@ -107,6 +116,8 @@ class Finding:
     precision: Optional["Finding"] = None
     #: what ``error`` is relative to: the reference's norm, or (a cancelled gradient) its layer's gradient scale
     measure: str = "|a-b|/|b|"
+    #: why the floor is what it is, where it is not the table's (a gradient's kink floor)
+    floor_reason: str = ""
 
     @property
     def jump(self) -> float:
@@ -135,7 +146,8 @@ class Finding:
         against = (f"upstream agrees to {_size(self.upstream)}" if self.upstream > 0
                    else "everything upstream is identical")
         lead = f"{where} {name}" if where else name
-        text = (f"{lead}: {size} relative ({self.measure}), {against}, noise floor {self.floor:.0e}"
+        reason = f" ({self.floor_reason})" if self.floor_reason else ""
+        text = (f"{lead}: {size} relative ({self.measure}), {against}, noise floor {self.floor:.0e}{reason}"
                 + (f": a {self.jump:,.0f}x jump" if math.isfinite(self.jump) and self.jump >= JUMP else ""))
         if self.precision is not None:
             text += f"; upstream of it, {self.precision.entry.name} shows reduced-precision arithmetic"
@@ -200,17 +212,27 @@ def first_divergence(entries: Sequence[Entry], negligible: float = 1e-6) -> Opti
         return precision
     scaled = scaled_errors(entries, GRADIENT, negligible)
     gradient_level = level
+    kink = kink_floor(level)
     for i, entry in reversed(indexed):
         if entry.kind != GRADIENT:
             continue
-        floor = _floor(GRADIENT_FLOOR, entry)
+        floor = max(_floor(GRADIENT_FLOOR, entry), kink)
         error = scaled[i]
         if error > floor and error > JUMP * gradient_level:
             measure = "|a-b|/|b|" if error == errors[i] else "|a-b| against its layer's gradient scale"
-            return Finding(GRADIENT_FINDING, i, entry, error, gradient_level, floor, measure=measure)
+            reason = (f"{JUMP:g} x sqrt of the forward level {_size(level)}: gradient terms routed differently at "
+                      f"kinks" if floor == kink else "")
+            return Finding(GRADIENT_FINDING, i, entry, error, gradient_level, floor, measure=measure,
+                           floor_reason=reason)
         if math.isfinite(error):
             gradient_level = max(gradient_level, error)
     return None
+
+
+def kink_floor(forward_level: float) -> float:
+    """The error a gradient inherits from kinks (ReLU, max pooling) where the forward outputs differ by
+    ``forward_level``: ``JUMP * sqrt(forward_level)`` (see the module docstring); 0 for a level that is not finite."""
+    return JUMP * math.sqrt(forward_level) if math.isfinite(forward_level) and forward_level > 0 else 0.0
 
 
 def layer_of(name: str) -> str:

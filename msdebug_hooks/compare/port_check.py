@@ -34,7 +34,7 @@ from msdebug_hooks.compare.port_random import find_random_layers, mode_setters
 from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, mindspore_inputs, resolve_loss,
                                             restore_mindspore, restore_torch, run_mindspore, run_torch, torch_inputs)
 from msdebug_hooks.compare.port_tree import layer_errors, record_layer, source_line, tree_lines
-from msdebug_hooks.compare.port_updates import UpdateFinding, compare_updates
+from msdebug_hooks.compare.port_updates import UpdateFinding, compare_updates, inherited_errors
 from msdebug_hooks.compare.port_weights import WeightCopy, copy_into, pair_parameters, torch_state
 from msdebug_hooks.compare.role_names import role_of
 from msdebug_hooks.compare.spatial_settings import input_sizes
@@ -320,7 +320,7 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
         with input_sizes(_input_sizes(mindspore_cell, root / "mindspore")):
             conventions = check_conventions(mindspore_cell, torch_module,
                                             _partner_names(copy, layers, mindspore_cell, torch_module))
-        updates, level = compare_updates(copy, run_a, run_b)
+        updates, level = compare_updates(copy, run_a, run_b, inherited_errors([p.entry() for p in layers.pairs]))
     finally:
         if restore_modes is not None:
             restore_modes()

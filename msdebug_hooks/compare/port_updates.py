@@ -2,8 +2,8 @@
 a port check (:func:`.port_check.compare_models`, step 4)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -28,6 +28,44 @@ class UpdateFinding:
                 "message": self.message}
 
 
+@dataclass(frozen=True)
+class Inherited:
+    """The error each update inherits from the comparison of the step's records (:func:`inherited_errors`)."""
+
+    gradients: dict = field(default_factory=dict)   # parameter name -> its gradient's error (as attribution reads it)
+    forward: dict = field(default_factory=dict)     # layer name -> the largest forward error up to its output
+    forward_level: float = 0.0                      # the largest forward error of the step
+
+    def of(self, name: str, trained: bool) -> tuple[float, str]:
+        """``(error, the words before it in a message)``: what an update of ``name`` inherits: a trained parameter
+        its gradient's error (the update is ``-lr x gradient``), a buffer its layer's forward level (running
+        statistics are forward results)."""
+        if trained:
+            if name in self.gradients:
+                return self.gradients[name], "its gradient differs by"
+            return 0.0, ""
+        layer = attribution.layer_of(name)
+        if layer in self.forward:
+            return self.forward[layer], "the forward outputs up to its layer differ by"
+        return self.forward_level, "the forward outputs differ by"
+
+
+def inherited_errors(entries: Sequence[attribution.Entry], negligible: float = 1e-6) -> Inherited:
+    """What the updates are judged against, from the step's compared records in execution order: each gradient's
+    error (:func:`.attribution.scaled_errors`) and the running largest forward error by layer."""
+    scaled = attribution.scaled_errors(entries, attribution.GRADIENT, negligible)
+    gradients, forward, level = {}, {}, 0.0
+    for entry, error in zip(entries, scaled):
+        if not np.isfinite(error):
+            continue
+        if entry.kind == attribution.GRADIENT:
+            gradients[entry.name] = error
+        elif entry.kind == attribution.FORWARD:
+            level = max(level, error)
+            forward[entry.name] = level
+    return Inherited(gradients, forward, level)
+
+
 def _rounding(after: np.ndarray) -> float:
     """The norm of the rounding a stored ``after`` carries (half the spacing of its dtype per element): an update
     that small is lost in the tensor's own storage, whatever the gradient was."""
@@ -35,7 +73,8 @@ def _rounding(after: np.ndarray) -> float:
     return 0.5 * float(np.finfo(dtype).eps) * float(np.linalg.norm(after.astype(np.float64)))
 
 
-def compare_updates(copy: WeightCopy, run_a: SideRun, run_b: SideRun) -> tuple[list, float]:
+def compare_updates(copy: WeightCopy, run_a: SideRun, run_b: SideRun,
+                    inherited: Optional[Inherited] = None) -> tuple[list, float]:
     """``(findings, level)``: the parameters and buffers whose step-1 update differs, and the largest error among
     those that agree. A parameter trained on one side only (``requires_grad`` differs) is a finding.
 
@@ -46,7 +85,13 @@ def compare_updates(copy: WeightCopy, run_a: SideRun, run_b: SideRun) -> tuple[l
     running mean of zero-mean inputs) is rounding noise on both sides and differs by 100 %, but is tiny against
     its layer's updates. The rounding each side's stored result carries (half its dtype's spacing) is allowed on
     top. Trained parameters are judged against the gradient floor (the update is ``-lr * grad``), buffers such as
-    running statistics against the forward floor (they are forward results)."""
+    running statistics against the forward floor (they are forward results).
+
+    And like every record, an update differs only where its error *appears or jumps*: above the floor **and** more
+    than ``attribution.JUMP`` times the error it inherits (``inherited``, :func:`inherited_errors`): a trained
+    parameter's own gradient error, a buffer's forward level up to its layer. Float32 noise grows through a deep
+    net (a ResNet-50's late BatchNorms over 8 values: forward outputs 3e-4 apart, gradients 2e-2) and the updates
+    carry it; a wrong momentum or learning rate still moves an update by far more than its inputs differ."""
     findings, level = [], 0.0
     items = []
     for ms_name, torch_name in copy.pairs.items():
@@ -89,13 +134,15 @@ def compare_updates(copy: WeightCopy, run_a: SideRun, run_b: SideRun) -> tuple[l
         if difference <= rounding:
             continue
         error = difference / scale if scale > 0 else float("inf")
-        if difference > floor * scale + rounding:
+        upstream, source = inherited.of(ms_name, trained) if inherited is not None else (0.0, "")
+        if difference > floor * scale + rounding and error > attribution.JUMP * upstream:
             what = "update (-lr x gradient)" if trained else "change in the step (a running statistic)"
+            against = f"; {source} {_size(upstream)}" if source else ""
             findings.append(UpdateFinding(ms_name, torch_name, error, floor,
                                           f"{ms_name}: its {what} differs by {_size(error)} relative from PyTorch's "
-                                          f"{torch_name} (floor {floor:.0e} of its layer's update scale)"))
+                                          f"{torch_name} (floor {floor:.0e} of its layer's update scale{against})"))
         else:
-            level = max(level, min(error, floor))
+            level = max(level, min(error, max(floor, attribution.JUMP * upstream)))
     return findings, level
 
 def _size(value: float) -> str:
@@ -106,4 +153,4 @@ def _json(value: float) -> Any:
     return value if np.isfinite(value) else str(value)
 
 
-__all__ = ["UpdateFinding", "compare_updates"]
+__all__ = ["Inherited", "UpdateFinding", "compare_updates", "inherited_errors"]
