@@ -7,7 +7,7 @@ kernel here replaces a few dozen of them:
   flags) over every weight;
 * ``mark_reportable``: which (tensor, condition) pairs of a prepared batch may be reportable;
 * ``fill_float32``: a prepared float32 batch's statistics pass, read from its arrays' addresses.
-* ``sample_weights``: ``WeightMonitor``'s sampled check (a fixed strided sample of every weight, gathered and
+* ``sample_weights``: ``WeightMonitor``'s sampled check (fixed strided runs of every weight, gathered and
   measured against the last check's).
 
 Arrays are passed as integer addresses where a call covers many of them (numba has no cheap list of arrays); the
@@ -257,7 +257,7 @@ def fill_float32(table, mode, bounds32, bounds64, tolerances, scratch, previous_
 # --- the sampled weight check: a fixed strided sample of many float32 arrays in one call ----------------------------
 
 #: rows of ``sample_weights``' table (one column per array) and of its output
-SAMPLE_ADDRESS, SAMPLE_SIZE, SAMPLE_FIRST, SAMPLE_STRIDE, SAMPLE_COUNT = range(5)
+SAMPLE_ADDRESS, SAMPLE_SIZE, SAMPLE_FIRST, SAMPLE_STRIDE, SAMPLE_BLOCKS, SAMPLE_RUN = range(6)
 SAMPLE_UNCHANGED, SAMPLE_CHANGE, SAMPLE_PREVIOUS_ABS, SAMPLE_NOT_FINITE = range(4)
 SAMPLE_ROWS = 4
 SAMPLE_SIGNATURE = types.int64(_array(types.int64, 2, readonly=True), _array(types.float32),
@@ -269,34 +269,41 @@ SAMPLE_SIGNATURE = types.int64(_array(types.int64, 2, readonly=True), _array(typ
 def sample_weights(table, current, previous, rtol, atol, ratio_gt, epsilon, out):
     """``WeightMonitor``'s sampled check in one call; returns how many arrays may hit (0 on a healthy step).
 
-    Array ``j`` (``table[:, j]``: address, size, first sampled element, stride, sample count) has its sampled
-    elements ``first, first + stride, ...`` gathered into ``current`` after the samples of the arrays before it and
+    Array ``j`` (``table[:, j]``: address, size, first sampled element, stride, blocks, run) has its sampled
+    elements, ``blocks`` runs of ``run`` consecutive ones starting at ``first, first + stride, ...`` (a run is about a
+    cache line: the memory read is the lines, not the elements), gathered into ``current`` after the samples of the
+    arrays before it and
     measured against ``previous`` (the same samples at the last check): whether every sample is within
     |x - p| <= |p| * rtol + atol in float64 (NaN never is), sum |x - p|, sum |p| and the NaN/Inf count. An array
     may hit when no sample moved, when one is not finite, or, with ``ratio_gt`` >= 0, when sum |x - p| >
-    ratio_gt * (sum |p| + epsilon * count) (the update-ratio condition on the sample)."""
+    ratio_gt * (sum |p| + epsilon * blocks * run) (the update-ratio condition on the sample)."""
     start = 0
     flagged = 0
     for j in range(table.shape[1]):
-        count = table[SAMPLE_COUNT, j]
+        blocks, run = table[SAMPLE_BLOCKS, j], table[SAMPLE_RUN, j]
+        count = blocks * run
         source = carray(_float32_at(table[SAMPLE_ADDRESS, j]), (table[SAMPLE_SIZE, j],))
         first, stride = table[SAMPLE_FIRST, j], table[SAMPLE_STRIDE, j]
         moved = False
         special = 0
         change = 0.0
         previous_abs = 0.0
-        for i in range(count):
-            x = source[first + i * stride]
-            current[start + i] = x
-            x64 = np.float64(x)
-            p64 = np.float64(previous[start + i])
-            difference = abs(x64 - p64)
-            if not moved and not difference <= abs(p64) * rtol + atol:
-                moved = True
-            if not np.isfinite(x):
-                special += 1
-            change += difference
-            previous_abs += abs(p64)
+        i = 0
+        for block in range(blocks):
+            at = first + block * stride
+            for k in range(run):
+                x = source[at + k]
+                current[start + i] = x
+                x64 = np.float64(x)
+                p64 = np.float64(previous[start + i])
+                difference = abs(x64 - p64)
+                if not moved and not difference <= abs(p64) * rtol + atol:
+                    moved = True
+                if not np.isfinite(x):
+                    special += 1
+                change += difference
+                previous_abs += abs(p64)
+                i += 1
         out[SAMPLE_UNCHANGED, j] = 0.0 if moved else 1.0
         out[SAMPLE_CHANGE, j] = change
         out[SAMPLE_PREVIOUS_ABS, j] = previous_abs

@@ -12,22 +12,23 @@ from mindspore.train import Callback, Model  # noqa: E402
 
 from lenet import make_dataset, make_lenet  # noqa: E402
 from msdebug_hooks import ConfigError, WeightMonitor  # noqa: E402
-from msdebug_hooks.callbacks._weight_sample import WeightSample, sample_plan  # noqa: E402
+from msdebug_hooks.callbacks._weight_sample import WeightSample, sample_plan, sampled_positions  # noqa: E402
 
 pytestmark = pytest.mark.mindspore
 
 
 def test_the_plan_covers_every_run_of_stride_elements_and_walks_across_columns():
-    for shape, size in [((120, 400), 1024), ((6, 1, 5, 5), 16), ((10,), 1024), ((7, 64), 50)]:
-        first, stride, count = sample_plan(shape, size)
+    for shape, size in [((120, 400), 1024), ((6, 1, 5, 5), 16), ((10,), 1024), ((7, 64), 50), ((1000, 3), 64)]:
+        plan = sample_plan(shape, size)
+        first, stride, blocks, run = plan
         n = int(np.prod(shape))
-        positions = first + stride * np.arange(count)
-        assert count <= size and positions[-1] < n
+        positions = sampled_positions(plan)
+        assert len(positions) <= size and positions[-1] < n and len(set(positions.tolist())) == len(positions)
         gaps = np.diff(np.concatenate([[-1], positions, [n]]))
         assert gaps.max() <= stride                     # any run of `stride` consecutive elements holds a sample
-        if count < n:
-            assert np.gcd(stride, shape[-1]) == 1       # consecutive samples move to another column
-    assert sample_plan((10,), 1024) == (0, 1, 10)       # small: whole
+        if len(positions) < n:
+            assert run == 16 and np.gcd(stride, shape[-1]) == 1   # cache-line runs; the next run, other columns
+    assert sample_plan((10,), 1024) == (0, 10, 1, 10)   # small: whole
 
 
 def test_the_compiled_and_the_numpy_check_agree():
@@ -62,9 +63,8 @@ class _NudgeBetweenSamples(Callback):
     def __init__(self, network, size: int) -> None:
         super().__init__()
         self.weight = network.fc1.weight
-        first, stride, count = sample_plan(self.weight.shape, size)
         self.mask = np.ones(self.weight.size, bool)
-        self.mask[first + stride * np.arange(count)] = False
+        self.mask[sampled_positions(sample_plan(self.weight.shape, size))] = False
 
     def on_train_step_end(self, run_context) -> None:
         values = self.weight.asnumpy().reshape(-1).copy()
@@ -96,8 +96,8 @@ def test_the_sample_names_exploding_and_nan_weights_with_the_check_that_saw_them
     nan = [p for p in monitor.problems if p.kind == "nan_or_inf"]
     assert nan and nan[0].step == 3
     first = {p.parameter: p for p in nan if p.step == 3}
-    # conv1.weight (150 elements, 64 sampled with stride 3 from element 1) turns NaN in the tap each filter applies
-    # to pixel (0, 0), elements 0, 25, ..., 125: 25 and 100 are sampled; the count is taken over all 150
+    # conv1.weight (150 elements; 64 sampled: runs of 16 from elements 11, 49, 87, 125) turns NaN in the tap each
+    # filter applies to pixel (0, 0), elements 0, 25, ..., 125: 25, 50, 100, 125 are sampled; the count is over all
     assert first["conv1.weight"].check == "sampled" and first["conv1.weight"].actual_value == 6.0
 
 
@@ -133,8 +133,7 @@ def test_a_nan_between_the_sampled_elements_is_found_by_the_next_exact_check():
     batches = [(rng.integers(0, 50, (4, 3)).astype(np.int32), rng.integers(0, 2, 4).astype(np.int32))
                for _ in range(8)]
     dataset = ds.GeneratorDataset(lambda: iter(batches), ["ids", "label"], shuffle=False)
-    first, stride, count = sample_plan((100, 16), 16)
-    sampled = set((first + stride * np.arange(count)).tolist())
+    sampled = set(sampled_positions(sample_plan((100, 16), 16)).tolist())
     element = next(e for e in range(80 * 16, 100 * 16) if e not in sampled)      # row >= 80: never in a batch
     model = Model(network, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
                   nn.SGD(network.trainable_params(), learning_rate=0.1))
