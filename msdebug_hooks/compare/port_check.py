@@ -29,6 +29,7 @@ import numpy as np
 from msdebug_hooks.compare import attribution
 from msdebug_hooks.compare.layers import LayerComparison, compare_layers
 from msdebug_hooks.compare.layer_capture import FORWARD_INPUT, FORWARD_OUTPUT, read_capture
+from msdebug_hooks.compare.moved_padding import LayerInputs, layer_inputs
 from msdebug_hooks.compare.port_conventions import check_conventions, dropout_p
 from msdebug_hooks.compare.port_random import find_random_layers, mode_setters
 from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, mindspore_inputs, resolve_loss,
@@ -214,16 +215,29 @@ def _partner_names(copy: WeightCopy, layers: LayerComparison, cell: Any, torch_m
     return partner
 
 
-def _input_sizes(cell: Any, capture: Path) -> dict:
-    """``id(layer)`` -> the spatial size of the first input each layer of ``cell`` was given in the captured step
-    (its first call), for the settings that depend on it (a strided ``pad_mode='same'``)."""
-    cells = dict(cell.cells_and_names())
-    sizes = {}
-    for record in read_capture(capture).step_records(1, kinds=(FORWARD_INPUT,)):
+def _first_inputs(layers: Mapping[str, Any], capture: Path) -> tuple:
+    """``(capture, {id(layer): record})``: the first input each of ``layers`` (name -> layer) was given in the
+    captured step (its first call), for the settings that depend on it (a strided ``pad_mode='same'``, a padding
+    moved into a layer before)."""
+    found = read_capture(capture)
+    records = {}
+    for record in found.step_records(1, kinds=(FORWARD_INPUT,)):
         layer, _, slot = record.name.rpartition(".")
-        if slot == "in0" and layer in cells and len(record.shape) > 2:
-            sizes.setdefault(id(cells[layer]), tuple(record.shape[2:]))
-    return sizes
+        if slot == "in0" and layer in layers and len(record.shape) > 2:
+            records.setdefault(id(layers[layer]), record)
+    return found, records
+
+
+def _step_inputs(cell: Any, torch_module: Any, root: Path) -> tuple:
+    """The port's input sizes (``id(cell)`` -> spatial size) and the :class:`LayerInputs` of the checked step."""
+    capture, ours = _first_inputs(dict(cell.cells_and_names()), root / "mindspore")
+    _, theirs = _first_inputs(dict(torch_module.named_modules()), root / "pytorch")
+
+    def port_input(layer: Any) -> Optional[np.ndarray]:
+        record = ours.get(id(layer))
+        return None if record is None else np.asarray(capture.load(record))
+    return ({key: tuple(record.shape[2:]) for key, record in ours.items()},
+            LayerInputs(port_input, {key: tuple(record.shape) for key, record in theirs.items()}))
 
 
 def _run(option: str, runner: Any, model: Any, *args: Any) -> SideRun:
@@ -298,9 +312,11 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
         layers = compare_layers(root / "mindspore", root / "pytorch", mapping=copy.layer_mapping(),
                                 replay=replay, replay_a=mindspore_cell if replay else None)
         restore_mindspore(mindspore_cell, run_a.before)  # a replayed BatchNorm in training mode moved its statistics
-        with input_sizes(_input_sizes(mindspore_cell, root / "mindspore")):
+        sizes, step_inputs = _step_inputs(mindspore_cell, torch_module, root)
+        with input_sizes(sizes), layer_inputs(step_inputs):
             conventions = check_conventions(mindspore_cell, torch_module,
                                             _partner_names(copy, layers, mindspore_cell, torch_module))
+        notes += step_inputs.notes
         updates, level = compare_updates(copy, run_a, run_b)
     finally:
         if restore_modes is not None:
