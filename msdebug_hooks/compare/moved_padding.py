@@ -16,9 +16,10 @@ The rule, by shapes and values of the checked step (convolutions, max and averag
     (``count_include_pad=True``); with ``count_include_pad=False`` the port averages padding in where the
     reference does not, a finding;
   - a max pooling: the reference pads with -inf (a pad never wins); a constant border ``c`` never wins either
-    while every value the layer pools is ``>= c`` (zeros after a ReLU): equal in the step when the smallest
-    inner value is ``>= c``, said with that bound in a note; an inner value below ``c`` makes the border windows
-    differ, a finding.
+    while every value the layer pools is ``>= c`` (zeros after a ReLU). Judged on the reference layer's own input
+    in the step, as the replay judges a layer (the port's layer on the reference's inputs): smallest ``>= c``,
+    equal, said with that bound in a note (and, where the port's own input goes below ``c``, that this comes from
+    a difference upstream); below ``c``, the border windows differ: a finding.
 
 Without the recorded inputs (the settings read from two models alone, :func:`.port_conventions.check_pair`) nothing
 is read as moved. A moved padding found equal is a note (:attr:`LayerInputs.notes`), never silence.
@@ -37,11 +38,11 @@ from msdebug_hooks.compare.setting_rules import Reading
 
 @dataclass
 class LayerInputs:
-    """What the checked step gave each layer: ``port_input(cell)`` -> the port layer's first recorded input (None
-    when not recorded), ``reference_shapes``: ``id(module)`` -> the reference layer's first input shape."""
+    """What the checked step gave each layer: ``port_input(cell)``, ``reference_input(module)`` -> the layer's first
+    recorded input (None when not recorded)."""
 
     port_input: Callable[[Any], Optional[np.ndarray]]
-    reference_shapes: Mapping[int, tuple]
+    reference_input: Callable[[Any], Optional[np.ndarray]]
     notes: list = field(default_factory=list)
 
 
@@ -96,17 +97,22 @@ def _border(array: np.ndarray, split: tuple) -> tuple:
     return values[..., mask], values[..., ~mask]
 
 
-def _judge(family: str, value: float, inner: np.ndarray, theirs: Mapping[str, Reading], port: str) -> Moved:
-    """Whether a constant ``value`` padded before the port layer equals the reference layer's own padding."""
+def _judge(family: str, value: float, inner: np.ndarray, given: np.ndarray, theirs: Mapping[str, Reading],
+           port: str) -> Moved:
+    """Whether a constant ``value`` padded before the port layer equals the reference layer's own padding
+    (``inner``: the port's own input inside the border; ``given``: what the reference layer was given)."""
     drop = f"drop that padding and pass {port}"
     if family == "max pooling":
-        smallest = float(np.min(inner)) if inner.size else value
-        if smallest >= value:
-            return Moved(True, f"equal to PyTorch's -inf padding while every value it pools is >= {value:g} (the "
-                               f"smallest in the step: {smallest:g}); an input below {value:g} would make the border "
-                               f"windows differ")
-        return Moved(False, f"PyTorch's max pooling pads with -inf and the step's input to this layer has values "
-                            f"below {value:g} (smallest {smallest:g}): its border windows differ: {drop}")
+        smallest = float(np.min(given)) if given.size else value
+        if smallest < value:
+            return Moved(False, f"PyTorch's max pooling pads with -inf and PyTorch's input to this layer has values "
+                                f"below {value:g} (smallest {smallest:g}): the border windows differ: {drop}")
+        own = float(np.min(inner)) if inner.size else value
+        upstream = (f"; the port's own input to it goes below {value:g} (smallest {own:g}), PyTorch's does not: "
+                    f"that comes from a difference upstream") if own < value else ""
+        return Moved(True, f"equal to PyTorch's -inf padding while every value it pools is >= {value:g} (PyTorch's "
+                           f"input to it in the step: smallest {smallest:g}); an input below {value:g} would make the "
+                           f"border windows differ" + upstream)
     if value != 0.0:
         return Moved(False, f"PyTorch's {family} pads with zeros: {drop}")
     counted = theirs.get("count_include_pad")
@@ -125,11 +131,10 @@ def moved_padding(cell: Any, module: Any, family: str, ours: Reading, theirs: Ma
     reference = theirs.get("padding")
     if inputs is None or reference is None or family not in ("convolution", "max pooling", "average pooling"):
         return None
-    array = inputs.port_input(cell)
-    shape = inputs.reference_shapes.get(id(module))
-    if array is None or shape is None:
+    array, given = inputs.port_input(cell), inputs.reference_input(module)
+    if array is None or given is None:
         return None
-    split = _moved_split(ours.meaning, reference.meaning, tuple(array.shape), tuple(shape))
+    split = _moved_split(ours.meaning, reference.meaning, tuple(array.shape), tuple(given.shape))
     if split is None:
         return None
     grown = ", ".join(str(b + a) for b, a in split)
@@ -142,7 +147,7 @@ def moved_padding(cell: Any, module: Any, family: str, ours: Reading, theirs: Ma
                             f"the port pads otherwise than PyTorch's {family}: pad {list(split)} with PyTorch's "
                             f"value, or pass {reference.port}")
     value = float(border.flat[0])
-    verdict = _judge(family, value, inner, theirs, reference.port)
+    verdict = _judge(family, value, inner, np.asarray(given, dtype=np.float64), theirs, reference.port)
     return Moved(verdict.equal, f"{where}, with {value:g}: {verdict.text}")
 
 

@@ -29,6 +29,7 @@ import numpy as np
 from msdebug_hooks.compare import attribution
 from msdebug_hooks.compare.layers import LayerComparison, compare_layers
 from msdebug_hooks.compare.layer_capture import FORWARD_INPUT, FORWARD_OUTPUT, read_capture
+from msdebug_hooks.compare.later_divergences import LaterDivergences, later_divergences
 from msdebug_hooks.compare.moved_padding import LayerInputs, layer_inputs
 from msdebug_hooks.compare.port_conventions import check_conventions, dropout_p
 from msdebug_hooks.compare.port_random import find_random_layers, mode_setters
@@ -69,6 +70,8 @@ class PortCheck:
     #: for a parameter finding: where the MindSpore value came from ("PyTorch's fc.weight transposed")
     origin: Optional[str] = None
     workdir: Optional[str] = None
+    #: the layers after the first divergence that diverge on their own (replayed on PyTorch's inputs)
+    later: LaterDivergences = field(default_factory=LaterDivergences)
 
     @property
     def ok(self) -> bool:
@@ -125,6 +128,8 @@ class PortCheck:
             lines.append(f"  {self.origin}")
         if self.layers.replay is not None:
             lines.append(f"  {self.layers.replay.describe()}")
+        if self.later.line():
+            lines.append(f"  {self.later.line()}")
         for source in self.sources:
             lines += ["  " + text for text in source.lines()]
         if self.layers.finding is not None and self.updates:
@@ -146,7 +151,7 @@ class PortCheck:
                 "updates": [finding.as_dict() for finding in self.updates], "update_level": self.update_level,
                 "losses": {"mindspore": self.losses_mindspore, "pytorch": self.losses_pytorch},
                 "sources": [source.as_dict() for source in self.sources], "notes": self.notes,
-                "layers": self.layers.to_dict(), "workdir": self.workdir}
+                "layers": self.layers.to_dict(), "later": self.later.as_dict(), "workdir": self.workdir}
 
     def write_html(self, path: Union[str, Path]) -> Path:
         """The self-contained HTML report of this check (:func:`.html_report.write_html_report`)."""
@@ -158,8 +163,9 @@ class PortCheck:
                                  headline=self.headline() + (f" ({self.origin})" if self.origin else ""),
                                  marked=self.marked, sources=[s.as_dict() for s in self.sources],
                                  settings=[f.message for f in self.conventions],
-                                 extra=[f"weights: {self.copy.summary()}"] + [f"update: {u.message}"
-                                                                             for u in self.updates[:20]],
+                                 extra=[line for line in [f"weights: {self.copy.summary()}", self.later.line()]
+                                        + [f"update: {u.message}" for u in self.updates[:20]]
+                                        + [f"note: {note}" for note in self.notes] if line],
                                  subtitle=f"A: {self.model_mindspore} (MindSpore, the port) \u00b7 B: "
                                           f"{self.model_pytorch} (PyTorch, the reference) \u00b7 {self.batch}")
 
@@ -198,8 +204,10 @@ def _matching_dropouts(cell: Any, torch_module: Any, copy: WeightCopy) -> list:
 
 
 def _partner_names(copy: WeightCopy, layers: LayerComparison, cell: Any, torch_module: Any) -> Any:
-    """MindSpore layer -> its PyTorch partner for the settings check: the module map of the weights, else the pair
-    the layer comparison made of the layers' outputs where both are of one class name (a parameter-free
+    """MindSpore layer -> its PyTorch partner for the settings check: the module map of the weights, else the one
+    PyTorch module holding the partners of all the layer's parameters (it may hold more: a Linear's bias a Dense
+    without one lacks, which the map leaves out as it is not the same set of tensors), else the pair the layer
+    comparison made of the layers' outputs where both are of one class name (a parameter-free
     ``max_pool`` paired by order and role with ``maxpool``; a ``Sigmoid`` paired by role with a ``SiLU`` is the
     comparison's to judge by their values), else the module map's guess."""
     cells, modules = dict(cell.cells_and_names()), dict(torch_module.named_modules())
@@ -210,8 +218,14 @@ def _partner_names(copy: WeightCopy, layers: LayerComparison, cell: Any, torch_m
             if ms_layer and torch_layer:
                 compared.setdefault(ms_layer, torch_layer)
 
+    owners: dict = {}   # MindSpore layer -> the PyTorch modules holding its parameters' partners
+    paths = {param.name: path for path, param in cell.parameters_and_names()}
+    for ms_name, torch_name in copy.pairs.items():
+        owners.setdefault(paths.get(ms_name, ms_name).rpartition(".")[0], set()).add(torch_name.rpartition(".")[0])
+    holders = {layer: next(iter(found)) for layer, found in owners.items() if len(found) == 1}
+
     def partner(name: str) -> Optional[str]:
-        return copy.modules.get(name) or compared.get(name) or copy.torch_name(name)
+        return copy.modules.get(name) or holders.get(name) or compared.get(name) or copy.torch_name(name)
     return partner
 
 
@@ -230,14 +244,16 @@ def _first_inputs(layers: Mapping[str, Any], capture: Path) -> tuple:
 
 def _step_inputs(cell: Any, torch_module: Any, root: Path) -> tuple:
     """The port's input sizes (``id(cell)`` -> spatial size) and the :class:`LayerInputs` of the checked step."""
-    capture, ours = _first_inputs(dict(cell.cells_and_names()), root / "mindspore")
-    _, theirs = _first_inputs(dict(torch_module.named_modules()), root / "pytorch")
+    sides = [_first_inputs(dict(cell.cells_and_names()), root / "mindspore"),
+             _first_inputs(dict(torch_module.named_modules()), root / "pytorch")]
 
-    def port_input(layer: Any) -> Optional[np.ndarray]:
-        record = ours.get(id(layer))
-        return None if record is None else np.asarray(capture.load(record))
-    return ({key: tuple(record.shape[2:]) for key, record in ours.items()},
-            LayerInputs(port_input, {key: tuple(record.shape) for key, record in theirs.items()}))
+    def loader(capture: Any, records: dict) -> Any:
+        def load(layer: Any) -> Optional[np.ndarray]:
+            record = records.get(id(layer))
+            return None if record is None else np.asarray(capture.load(record))
+        return load
+    return ({key: tuple(record.shape[2:]) for key, record in sides[0][1].items()},
+            LayerInputs(*(loader(capture, records) for capture, records in sides)))
 
 
 def _run(option: str, runner: Any, model: Any, *args: Any) -> SideRun:
@@ -311,6 +327,8 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
         restore_mindspore(mindspore_cell, run_a.before)
         layers = compare_layers(root / "mindspore", root / "pytorch", mapping=copy.layer_mapping(),
                                 replay=replay, replay_a=mindspore_cell if replay else None)
+        cells = dict(mindspore_cell.cells_and_names())
+        later = later_divergences(layers, mindspore_cell if replay else None, cells, _first_layer(layers, cells))
         restore_mindspore(mindspore_cell, run_a.before)  # a replayed BatchNorm in training mode moved its statistics
         sizes, step_inputs = _step_inputs(mindspore_cell, torch_module, root)
         with input_sizes(sizes), layer_inputs(step_inputs):
@@ -326,12 +344,22 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
     check = PortCheck(type(mindspore_cell).__name__, type(torch_module).__name__, batch.describe(),
                       loss_name if isinstance(loss, str) else "custom", float(lr), copy, conventions, layers, updates,
                       level, run_a.losses, run_b.losses, notes=notes,
-                      workdir=str(root) if (workdir is not None or keep) else None)
+                      workdir=str(root) if (workdir is not None or keep) else None, later=later)
     _mark(check, mindspore_cell, torch_module)
     finding = layers.finding
     if finding is not None and finding.kind == attribution.PARAMETER_FINDING and finding.entry.name in copy.pairs:
         check.origin = weight_origin(run_a.before[finding.entry.name], state, copy.pairs[finding.entry.name])
     return check
+
+
+def _first_layer(layers: LayerComparison, cells: Mapping[str, Any]) -> Optional[str]:
+    """The MindSpore layer the first divergence names: the unpaired layer it starts at (A's suspect), else the
+    finding's own."""
+    finding, culprit = layers.finding, layers.culprit
+    if finding is None:
+        return None
+    return record_layer(culprit.record.name if culprit is not None and culprit.side == "A" else finding.entry.name,
+                        cells)
 
 
 def _mark(check: PortCheck, cell: Any, torch_module: Any) -> None:
@@ -341,8 +369,7 @@ def _mark(check: PortCheck, cell: Any, torch_module: Any) -> None:
     torch_layer = None
     if finding is not None:
         culprit = check.layers.culprit
-        named = culprit.record.name if culprit is not None and culprit.side == "A" else finding.entry.name
-        check.marked = record_layer(named, cells)
+        check.marked = _first_layer(check.layers, cells)
         check.marked_kind = finding.kind
         pair = check.layers.pairs[finding.index]   # PyTorch's own partner (names may have shifted)
         torch_layer = record_layer(culprit.record.name if culprit is not None and culprit.side == "B"
