@@ -17,6 +17,7 @@ agreeing.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -37,6 +38,7 @@ class LaterDivergences:
     replayed: int = 0
     unknown: int = 0
     left_out: int = 0
+    seconds: float = 0.0                           # what the replays took
 
     @property
     def layers(self) -> list:
@@ -59,7 +61,8 @@ class LaterDivergences:
 
     def as_dict(self) -> dict:
         return {"own": [{"layer": layer, **verdict.as_dict()} for layer, verdict in self.own],
-                "replayed": self.replayed, "unknown": self.unknown, "left_out": self.left_out}
+                "replayed": self.replayed, "unknown": self.unknown, "left_out": self.left_out,
+                "seconds": round(self.seconds, 3)}
 
 
 def _within(layer: str, outer: str) -> bool:
@@ -85,6 +88,7 @@ def later_divergences(report: Any, model_a: Any, cells: Mapping[str, Any],
             candidates.append((layer, pair))
     if not candidates:
         return found
+    started = time.perf_counter()
     cap_a, cap_b = read_capture(report.capture_a), read_capture(report.capture_b)
     for layer, pair in candidates:
         if any(_within(done, layer) for done in listed):   # the layer, or one inside it, is already named
@@ -99,4 +103,5 @@ def later_divergences(report: Any, model_a: Any, cells: Mapping[str, Any],
         elif not math.isfinite(verdict.own_error) or verdict.own_error > verdict.floor:
             found.own.append((layer, verdict))
             listed.append(layer)
+    found.seconds = time.perf_counter() - started
     return found

@@ -78,6 +78,7 @@ def run_case(case, work: Path) -> dict:
         replay=None if replay is None else replay.verdict, headline=headline,
         settings=[[f.layer, f.setting] for f in check.conventions],
         updates=[u.name for u in check.updates], later=check.later.layers,
+        later_replays=[check.later.replayed, round(check.later.seconds, 1)],
         unmatched=[[r.name for r in side] for side in (check.layers.unmatched_a, check.layers.unmatched_b)],
         agree=bool(as_json["ok"] == check.ok and as_json["headline"] == headline and headline in text
                    and (headline in page or html.escape(headline) in page)),
