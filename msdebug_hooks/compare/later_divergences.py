@@ -3,12 +3,13 @@ reference's own inputs, so a port with several real differences names each one, 
 
 Downstream of the first divergence every layer's output differs, most of them only because their inputs do. The
 replay tells the two apart: the port's layer is run on the inputs the reference's layer was given in the step
-(:func:`.layer_replay.replay_verdict`); a layer whose output then still differs beyond the noise floor of its
-dtype computes differently on its own -- a second real difference, however small beside the difference it
-inherits (a missing bias of a few percent under an inherited error of 100 %: the first divergence's "about as
-much" rule would call that inherited) -- while one that then agrees to the noise only passes the first one on.
+(:func:`.layer_replay.replay_verdict`); a layer that then still differs beyond the noise floor and by about as
+much as observed (the replay's ``own``) computes differently on its own -- a second real difference -- while one
+that then agrees (``inherited``) only passes the first one on. A second difference small beside what the layer
+inherits reads ``inherited`` and is not listed: the rule errs toward silence, never toward a false name.
 
-Which layers: every paired forward output after the first divergence's that diverges, in the order they ran; a
+Which layers: every paired forward output after the first divergence's that diverges and has one shape on both
+sides (a pair compared squeezed, ``[N, C, 1, 1]`` against ``[N, C]``, is not replayed), in the order they ran; a
 layer is listed once, innermost first: a container is not replayed once a layer inside it is listed (its own
 difference explains the container's), nor is the first divergence's layer or a container of it. At most
 :data:`MOST` replays per check (each runs one layer); a layer that cannot be replayed is counted, never listed as
@@ -16,13 +17,12 @@ agreeing.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from msdebug_hooks.compare.layer_capture import FORWARD_OUTPUT, read_capture
-from msdebug_hooks.compare.layer_replay import replay_verdict
+from msdebug_hooks.compare.layer_replay import INHERITED, OWN, replay_verdict
 from msdebug_hooks.compare.port_tree import record_layer
 
 #: the most replays one check runs for later divergences
@@ -81,7 +81,8 @@ def later_divergences(report: Any, model_a: Any, cells: Mapping[str, Any],
     listed = [marked] if marked else []
     candidates = []
     for pair in report.pairs:
-        if pair.record_a.kind != FORWARD_OUTPUT or pair.record_a.order <= start or not report.diverges(pair):
+        if pair.record_a.kind != FORWARD_OUTPUT or pair.record_a.order <= start or not report.diverges(pair) \
+                or tuple(pair.record_a.shape) != tuple(pair.record_b.shape):
             continue
         layer = record_layer(pair.record_a.name, cells)
         if layer is not None:
@@ -98,10 +99,10 @@ def later_divergences(report: Any, model_a: Any, cells: Mapping[str, Any],
             continue
         verdict = replay_verdict(pair, cap_a, cap_b, report.step_a, report.step_b, model_a=model_a)
         found.replayed += 1
-        if verdict.own_error is None:      # not replayed: counted, never read as agreeing
-            found.unknown += 1
-        elif not math.isfinite(verdict.own_error) or verdict.own_error > verdict.floor:
+        if verdict.verdict == OWN:
             found.own.append((layer, verdict))
             listed.append(layer)
+        elif verdict.verdict != INHERITED:   # not replayed: counted, never read as agreeing
+            found.unknown += 1
     found.seconds = time.perf_counter() - started
     return found
