@@ -328,7 +328,13 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
         layers = compare_layers(root / "mindspore", root / "pytorch", mapping=copy.layer_mapping(),
                                 replay=replay, replay_a=mindspore_cell if replay else None)
         cells = dict(mindspore_cell.cells_and_names())
-        later = later_divergences(layers, mindspore_cell if replay else None, cells, _first_layer(layers, cells))
+        for layer, _, _ in dropouts:       # replayed as they ran in the step
+            layer.p = 0.0
+        try:
+            later = later_divergences(layers, mindspore_cell if replay else None, cells, _first_layer(layers, cells))
+        finally:
+            for layer, _, p in dropouts:
+                layer.p = p
         restore_mindspore(mindspore_cell, run_a.before)  # a replayed BatchNorm in training mode moved its statistics
         sizes, step_inputs = _step_inputs(mindspore_cell, torch_module, root)
         with input_sizes(sizes), layer_inputs(step_inputs):
