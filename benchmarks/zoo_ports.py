@@ -46,7 +46,9 @@ INTRO = (
 JUDGING = (
     "A case is **right** when the text, JSON and HTML reports agree and: a noise-only pair exits 0; a port keeping "
     "real differences exits 1 with each difference named -- the first divergence at (or inside) one of its layers, "
-    "or a `SETTING` on every one of them -- and no setting or first divergence anywhere else; a planted bug is the "
+    "one of its layers listed as diverging on its own after the first divergence (replayed on the reference's "
+    "inputs), or a `SETTING` on every one of them -- and no setting, first divergence or later own divergence "
+    "anywhere else; a planted bug is the "
     "first divergence at its layer with its kind (`layer`, `parameter` for a converter's weight mistake checked "
     "with `copy_weights=False`, `update` for BatchNorm momentum) and replay verdict (`own`; none for an update), "
     "with no setting on another layer. Reported `exit 2` is a `ConfigError` (the weights could not be paired).")

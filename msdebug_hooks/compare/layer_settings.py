@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from msdebug_hooks.compare.setting_rules import Family, Reading, builtin_class, fmt, number, primitive_attrs
-from msdebug_hooks.compare.spatial_settings import SPATIAL_FAMILIES
+from msdebug_hooks.compare.spatial_settings import SPATIAL_FAMILIES, bias_ms, bias_pt
 
 
 def _ms(value: Any, argument: str) -> Optional[Reading]:
@@ -240,6 +240,8 @@ def _family(name: str, ms: tuple, pt: tuple, settings: tuple, primitive: str = "
 
 _AXIS = (("dim", "axis", "dim"),)
 FAMILIES: tuple = SPATIAL_FAMILIES + (
+    Family("linear", ("Dense", "Linear"), ("Linear",), lambda cell, kind: {"bias": bias_ms(cell)},
+           lambda module, kind: {"bias": bias_pt(module)}),
     Family("BatchNorm", ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"), ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"),
            _bn_ms, _bn_pt, (("momentum", "MindSpore's momentum weighs the running value, PyTorch's the new batch"),)),
     Family("LayerNorm", ("LayerNorm",), ("LayerNorm",), _ln_ms, _ln_pt,

@@ -28,7 +28,9 @@ import numpy as np
 
 from msdebug_hooks.compare import attribution
 from msdebug_hooks.compare.layers import LayerComparison, compare_layers
-from msdebug_hooks.compare.layer_capture import FORWARD_INPUT, FORWARD_OUTPUT, read_capture
+from msdebug_hooks.compare.layer_capture import FORWARD_INPUT, read_capture
+from msdebug_hooks.compare.later_divergences import LaterDivergences, later_divergences
+from msdebug_hooks.compare.moved_padding import LayerInputs, layer_inputs
 from msdebug_hooks.compare.port_conventions import check_conventions, dropout_p
 from msdebug_hooks.compare.port_random import find_random_layers, mode_setters
 from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, mindspore_inputs, resolve_loss,
@@ -36,7 +38,7 @@ from msdebug_hooks.compare.port_run import (Batch, LossSpec, SideRun, mindspore_
 from msdebug_hooks.compare.port_tree import layer_errors, record_layer, source_line, tree_lines
 from msdebug_hooks.compare.port_updates import UpdateFinding, compare_updates, inherited_errors
 from msdebug_hooks.compare.port_weights import WeightCopy, copy_into, pair_parameters, torch_state
-from msdebug_hooks.compare.role_names import role_of
+from msdebug_hooks.compare.settings_partners import partner_names
 from msdebug_hooks.compare.spatial_settings import input_sizes
 from msdebug_hooks.compare.weight_origin import weight_origin
 from msdebug_hooks.errors import ConfigError
@@ -69,6 +71,8 @@ class PortCheck:
     #: for a parameter finding: where the MindSpore value came from ("PyTorch's fc.weight transposed")
     origin: Optional[str] = None
     workdir: Optional[str] = None
+    #: the layers after the first divergence that diverge on their own (replayed on PyTorch's inputs)
+    later: LaterDivergences = field(default_factory=LaterDivergences)
 
     @property
     def ok(self) -> bool:
@@ -125,6 +129,8 @@ class PortCheck:
             lines.append(f"  {self.origin}")
         if self.layers.replay is not None:
             lines.append(f"  {self.layers.replay.describe()}")
+        if self.later.line():
+            lines.append(f"  {self.later.line()}")
         for source in self.sources:
             lines += ["  " + text for text in source.lines()]
         if self.layers.finding is not None and self.updates:
@@ -146,7 +152,7 @@ class PortCheck:
                 "updates": [finding.as_dict() for finding in self.updates], "update_level": self.update_level,
                 "losses": {"mindspore": self.losses_mindspore, "pytorch": self.losses_pytorch},
                 "sources": [source.as_dict() for source in self.sources], "notes": self.notes,
-                "layers": self.layers.to_dict(), "workdir": self.workdir}
+                "layers": self.layers.to_dict(), "later": self.later.as_dict(), "workdir": self.workdir}
 
     def write_html(self, path: Union[str, Path]) -> Path:
         """The self-contained HTML report of this check (:func:`.html_report.write_html_report`)."""
@@ -158,8 +164,9 @@ class PortCheck:
                                  headline=self.headline() + (f" ({self.origin})" if self.origin else ""),
                                  marked=self.marked, sources=[s.as_dict() for s in self.sources],
                                  settings=[f.message for f in self.conventions],
-                                 extra=[f"weights: {self.copy.summary()}"] + [f"update: {u.message}"
-                                                                             for u in self.updates[:20]],
+                                 extra=[line for line in [f"weights: {self.copy.summary()}", self.later.line()]
+                                        + [f"update: {u.message}" for u in self.updates[:20]]
+                                        + [f"note: {note}" for note in self.notes] if line],
                                  subtitle=f"A: {self.model_mindspore} (MindSpore, the port) \u00b7 B: "
                                           f"{self.model_pytorch} (PyTorch, the reference) \u00b7 {self.batch}")
 
@@ -197,52 +204,31 @@ def _matching_dropouts(cell: Any, torch_module: Any, copy: WeightCopy) -> list:
     return found
 
 
-def _partner_names(copy: WeightCopy, layers: LayerComparison, cell: Any, torch_module: Any) -> Any:
-    """MindSpore layer -> its PyTorch partner for the settings check: the module map of the weights, else the pair
-    the layer comparison made of the layers' outputs where both are of one class name (a parameter-free
-    ``max_pool`` paired by order and role with ``maxpool``; a ``Sigmoid`` paired by role with a ``SiLU`` is the
-    comparison's to judge by their values), or, for the cells of a run a PyTorch composite covers, the composite's
-    child each stands for (:func:`_children_for`), else the module map's guess."""
-    cells, modules = dict(cell.cells_and_names()), dict(torch_module.named_modules())
-    compared = {}
-    for pair in layers.pairs:
-        if pair.record_a.kind == FORWARD_OUTPUT and pair.type_a and pair.type_a.lower() == pair.type_b.lower():
-            ms_layer, torch_layer = record_layer(pair.record_a.name, cells), record_layer(pair.record_b.name, modules)
-            if ms_layer and torch_layer:
-                compared.setdefault(ms_layer, torch_layer)
-        if pair.run_a:   # a PyTorch composite covering a run of cells: each later cell meets the child it stands for
-            compared.update(_children_for(pair.run_a[1:], cells, record_layer(pair.record_b.name, modules), modules))
-
-    def partner(name: str) -> Optional[str]:
-        return copy.modules.get(name) or compared.get(name) or copy.torch_name(name)
-    return partner
-
-
-def _children_for(run: tuple, cells: dict, composite: Optional[str], modules: dict) -> dict:
-    """MindSpore cell -> the child of PyTorch's ``composite`` it stands for: in order, the next child of its role
-    (a ``LeakyReLU`` cell meets the ``ReLU`` child, and the settings check names the type)."""
-    children = [(f"{composite}.{name}", child) for name, child in modules[composite].named_children()] \
-        if composite in modules else []
-    found = {}
-    for layer in run:
-        role = role_of(type(cells[layer]).__name__) if layer in cells else None
-        index = next((i for i, (_, child) in enumerate(children) if role_of(type(child).__name__) == role), None)
-        if role is not None and index is not None:
-            found[layer] = children[index][0]
-            children = children[index + 1:]
-    return found
-
-
-def _input_sizes(cell: Any, capture: Path) -> dict:
-    """``id(layer)`` -> the spatial size of the first input each layer of ``cell`` was given in the captured step
-    (its first call), for the settings that depend on it (a strided ``pad_mode='same'``)."""
-    cells = dict(cell.cells_and_names())
-    sizes = {}
-    for record in read_capture(capture).step_records(1, kinds=(FORWARD_INPUT,)):
+def _first_inputs(layers: Mapping[str, Any], capture: Path) -> tuple:
+    """``(capture, {id(layer): record})``: the first input each of ``layers`` (name -> layer) was given in the
+    captured step (its first call), for the settings that depend on it (a strided ``pad_mode='same'``, a padding
+    moved into a layer before)."""
+    found = read_capture(capture)
+    records = {}
+    for record in found.step_records(1, kinds=(FORWARD_INPUT,)):
         layer, _, slot = record.name.rpartition(".")
-        if slot == "in0" and layer in cells and len(record.shape) > 2:
-            sizes.setdefault(id(cells[layer]), tuple(record.shape[2:]))
-    return sizes
+        if slot == "in0" and layer in layers and len(record.shape) > 2:
+            records.setdefault(id(layers[layer]), record)
+    return found, records
+
+
+def _step_inputs(cell: Any, torch_module: Any, root: Path) -> tuple:
+    """The port's input sizes (``id(cell)`` -> spatial size) and the :class:`LayerInputs` of the checked step."""
+    sides = [_first_inputs(dict(cell.cells_and_names()), root / "mindspore"),
+             _first_inputs(dict(torch_module.named_modules()), root / "pytorch")]
+
+    def loader(capture: Any, records: dict) -> Any:
+        def load(layer: Any) -> Optional[np.ndarray]:
+            record = records.get(id(layer))
+            return None if record is None else np.asarray(capture.load(record))
+        return load
+    return ({key: tuple(record.shape[2:]) for key, record in sides[0][1].items()},
+            LayerInputs(*(loader(capture, records) for capture, records in sides)))
 
 
 def _run(option: str, runner: Any, model: Any, *args: Any) -> SideRun:
@@ -316,10 +302,20 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
         restore_mindspore(mindspore_cell, run_a.before)
         layers = compare_layers(root / "mindspore", root / "pytorch", mapping=copy.layer_mapping(),
                                 replay=replay, replay_a=mindspore_cell if replay else None)
+        cells = dict(mindspore_cell.cells_and_names())
+        for layer, _, _ in dropouts:       # replayed as they ran in the step
+            layer.p = 0.0
+        try:
+            later = later_divergences(layers, mindspore_cell if replay else None, cells, _first_layer(layers, cells))
+        finally:
+            for layer, _, p in dropouts:
+                layer.p = p
         restore_mindspore(mindspore_cell, run_a.before)  # a replayed BatchNorm in training mode moved its statistics
-        with input_sizes(_input_sizes(mindspore_cell, root / "mindspore")):
+        sizes, step_inputs = _step_inputs(mindspore_cell, torch_module, root)
+        with input_sizes(sizes), layer_inputs(step_inputs):
             conventions = check_conventions(mindspore_cell, torch_module,
-                                            _partner_names(copy, layers, mindspore_cell, torch_module))
+                                            partner_names(copy, layers, mindspore_cell, torch_module))
+        notes += step_inputs.notes
         updates, level = compare_updates(copy, run_a, run_b, inherited_errors([p.entry() for p in layers.pairs]))
     finally:
         if restore_modes is not None:
@@ -329,13 +325,23 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
     check = PortCheck(type(mindspore_cell).__name__, type(torch_module).__name__, batch.describe(),
                       loss_name if isinstance(loss, str) else "custom", float(lr), copy, conventions, layers, updates,
                       level, run_a.losses, run_b.losses, notes=notes,
-                      workdir=str(root) if (workdir is not None or keep) else None)
+                      workdir=str(root) if (workdir is not None or keep) else None, later=later)
     _mark(check, mindspore_cell, torch_module)
     finding = layers.finding
     found = None if finding is None else copy.parameter_name(finding.entry.name)
     if finding is not None and finding.kind == attribution.PARAMETER_FINDING and found in copy.pairs:
         check.origin = weight_origin(run_a.before[found], state, copy.pairs[found])
     return check
+
+
+def _first_layer(layers: LayerComparison, cells: Mapping[str, Any]) -> Optional[str]:
+    """The MindSpore layer the first divergence names: the unpaired layer it starts at (A's suspect), else the
+    finding's own."""
+    finding, culprit = layers.finding, layers.culprit
+    if finding is None:
+        return None
+    return record_layer(culprit.record.name if culprit is not None and culprit.side == "A" else finding.entry.name,
+                        cells)
 
 
 def _mark(check: PortCheck, cell: Any, torch_module: Any) -> None:
@@ -345,8 +351,7 @@ def _mark(check: PortCheck, cell: Any, torch_module: Any) -> None:
     torch_layer = None
     if finding is not None:
         culprit = check.layers.culprit
-        named = culprit.record.name if culprit is not None and culprit.side == "A" else finding.entry.name
-        check.marked = record_layer(named, cells)
+        check.marked = _first_layer(check.layers, cells)
         check.marked_kind = finding.kind
         pair = check.layers.pairs[finding.index]   # PyTorch's own partner (names may have shifted)
         torch_layer = record_layer(culprit.record.name if culprit is not None and culprit.side == "B"

@@ -8,10 +8,12 @@ Then:
 * the **layer type**: both are layers of the layout table (:mod:`.layouts`) or of the setting families
   (:mod:`.layer_settings`) but different ones (a ReLU ported as a GELU, a max pooling as an average pooling);
 * every **setting** both sides' readers return (:mod:`.layer_settings`, :mod:`.spatial_settings`): epsilon,
-  momentum (MindSpore's weighs the running value), padding (``pad_mode`` against ``padding``, by the zeros added),
-  ``padding_mode``, the pooling stride (MindSpore's defaults to 1, PyTorch's to the kernel size), ``ceil_mode``,
-  ``count_include_pad``, GELU's form, dropout's ``p`` (``keep_prob``), LeakyReLU's slope, ``align_corners``, the
-  softmax axis, ... compared by meaning, never by spelling.
+  momentum (MindSpore's weighs the running value), padding (``pad_mode`` against ``padding``, by the zeros added;
+  where the step's inputs show the port's padding added by a layer before it, by its effect: :mod:`.moved_padding`),
+  ``padding_mode``, a bias (``has_bias`` against ``bias``), the pooling stride (MindSpore's defaults to 1,
+  PyTorch's to the kernel size), ``ceil_mode``, ``count_include_pad``, GELU's form, dropout's ``p``
+  (``keep_prob``), LeakyReLU's slope, ``align_corners``, the softmax axis, ... compared by meaning, never by
+  spelling.
 
 A finding names the MindSpore layer, the value on each side as that framework spells it and the MindSpore argument
 that gives PyTorch's meaning. Nothing here runs a model.
@@ -24,6 +26,7 @@ from typing import Any, Callable, Optional
 
 from msdebug_hooks.compare.layer_settings import dropout_p, family_of, pytorch_style_family
 from msdebug_hooks.compare.layouts import LAYOUTS, LayerLayout, layout_of
+from msdebug_hooks.compare.moved_padding import add_note, moved_padding
 from msdebug_hooks.compare.setting_rules import builtin_class, same_value
 
 _LAYOUT_NAMES = {"mindspore": frozenset(n for layout in LAYOUTS for n in layout.mindspore),
@@ -98,10 +101,15 @@ def _differing(name: str, tname: str, cell: Any, module: Any, pytorch_style: boo
         other = theirs.get(setting)
         if other is None or same_value(mine.meaning, other.meaning):
             continue
+        head = f"{name}: {family.name} {setting}: {mine.shown} in MindSpore, {other.shown} in PyTorch"
+        moved = moved_padding(cell, module, family.name, mine, theirs) if setting == "padding" else None
+        if moved is not None and moved.equal:   # the padding a layer before it adds: the same effect
+            add_note(f"{head}, but {moved.text}")
+            continue
         note = "" if pytorch_style else family.note(setting)
         fix = f"pass {other.shown}" if pytorch_style else _fix(other.port)
-        message = (f"{name}: {family.name} {setting}: {mine.shown} in MindSpore, {other.shown} in PyTorch: "
-                   f"{fix}" + (f" ({note})" if note else "") + (f" [{'; '.join(subclass)}]" if subclass else ""))
+        message = (f"{head}: " + (moved.text if moved is not None else fix + (f" ({note})" if note else ""))
+                   + (f" [{'; '.join(subclass)}]" if subclass else ""))
         found.append(ConventionFinding(name, tname, setting, mine.meaning, other.meaning, message))
     return found
 

@@ -58,6 +58,19 @@ def same_pads(kernel: tuple, dilation: tuple) -> tuple:
     return tuple((t // 2, t - t // 2) for t in totals)
 
 
+def bias_ms(cell: Any) -> Reading:
+    """Whether a MindSpore layer adds a bias (``has_bias``; a layer without the flag: a ``bias`` it holds)."""
+    has = getattr(cell, "has_bias", None)
+    has = bool(has) if isinstance(has, bool) else getattr(cell, "bias", None) is not None
+    return Reading(has, f"has_bias={has}")
+
+
+def bias_pt(module: Any) -> Reading:
+    """Whether a PyTorch layer adds a bias (``bias=None`` when built with ``bias=False``)."""
+    has = getattr(module, "bias", None) is not None
+    return Reading(has, f"bias={has}", f"has_bias={has}")
+
+
 def _pairs(flat: Any, nd: int) -> Optional[tuple]:
     """MindSpore's per-side padding (an int, or ``(before, after)`` flattened over the axes, outermost first) as
     ``nd`` pairs, the last ``nd`` axes (Conv1d keeps ``(0, 0, p, p)``)."""
@@ -138,6 +151,8 @@ def _conv_mindspore(cell: Any, kind: str) -> dict:
              "stride": Reading(stride, f"stride={fmt(stride)}"),
              "dilation": Reading(dilation, f"dilation={fmt(dilation)}"),
              "groups": Reading(cell.group, f"group={cell.group}")}
+    if isinstance(getattr(cell, "has_bias", None), bool):
+        found["bias"] = bias_ms(cell)
     mode = str(cell.pad_mode)
     transposed = "Transpose" in kind
     if not (transposed and mode.lower() == "same"):  # a transposed 'same' sizes its output: not compared
@@ -162,7 +177,8 @@ def _conv_pytorch(module: Any, kind: str) -> dict:
     found = {"kernel_size": Reading(kernel, f"kernel_size={fmt(kernel)}", f"kernel_size={fmt(kernel)}"),
              "stride": Reading(stride, f"stride={fmt(stride)}", f"stride={fmt(stride)}"),
              "dilation": Reading(dilation, f"dilation={fmt(dilation)}", f"dilation={fmt(dilation)}"),
-             "groups": Reading(module.groups, f"groups={module.groups}", f"group={module.groups}")}
+             "groups": Reading(module.groups, f"groups={module.groups}", f"group={module.groups}"),
+             "bias": bias_pt(module)}
     mode = module.padding_mode
     layer = {"reflect": "ReflectionPad", "replicate": "ReplicationPad"}.get(mode)
     how = "pad with " + (f"nn.{layer}{nd}d" if layer else "ops.pad(x, ..., mode='circular')") + \
@@ -276,10 +292,11 @@ def _dims(prefix: str, dims: tuple = (1, 2, 3)) -> tuple:
 
 _STRIDE_NOTE = ("stride", "MindSpore's pooling stride defaults to 1, PyTorch's to the kernel size")
 _PAD_NOTE = ("padding", "MindSpore's convolutions default to pad_mode='same', PyTorch's to padding=0")
+_BIAS_NOTE = ("bias", "MindSpore's convolutions default to has_bias=False, PyTorch's to bias=True")
 
 SPATIAL_FAMILIES: tuple = (
     Family("convolution", _dims("Conv") + ("Conv1dTranspose", "Conv2dTranspose", "Conv3dTranspose"),
-           _dims("Conv") + _dims("ConvTranspose"), _conv_mindspore, _conv_pytorch, (_PAD_NOTE,)),
+           _dims("Conv") + _dims("ConvTranspose"), _conv_mindspore, _conv_pytorch, (_PAD_NOTE, _BIAS_NOTE)),
     Family("max pooling", _dims("MaxPool"), _dims("MaxPool"), _pool_mindspore, _pool_pytorch, (_STRIDE_NOTE,)),
     Family("average pooling", _dims("AvgPool"), _dims("AvgPool"),
            lambda cell, kind: unpadded_settings(_pool_mindspore(cell, kind)),

@@ -5,8 +5,10 @@ How a case is judged:
 
 * a noise-only pair (``aligned``, or ``published`` without a real difference): right when the check exits 0;
 * a port that keeps real differences: right when it exits 1, every difference is named -- the first divergence is
-  one of its layers (or inside one: a block whose own code differs) or every one of its layers carries a
-  ``SETTING`` -- and nothing else is: no setting on a layer outside the differences, no first divergence outside them;
+  one of its layers (or inside one: a block whose own code differs), or a layer the report lists as diverging on its
+  own after the first divergence (replayed on the reference's inputs) is, or every one of its layers carries a
+  ``SETTING`` -- and nothing else is: no setting on a layer outside the differences, no first divergence and no
+  later own divergence outside them;
 * a planted bug: right when the first divergence is the plant's layer with the plant's kind and replay verdict, and
   no setting is on another layer.
 
@@ -42,6 +44,9 @@ def _reported(result: dict) -> str:
         text = f"{result['marked']} ({result.get('kind')}, replay {result.get('replay') or '-'})"
     else:
         text = "exit 1: " + str(result.get("headline", ""))[:70].replace("|", "/")
+    later = result.get("later") or []
+    if later:
+        text += "; also own: " + ", ".join(later[:3]) + (f" and {len(later) - 3} more" if len(later) > 3 else "")
     settings = result.get("settings") or []
     if settings:
         layers = sorted({layer for layer, _ in settings})
@@ -78,11 +83,13 @@ def judge(case, result: dict) -> dict:
         union = {layer for layers in kept.values() for layer in layers}
         if code != 1:
             why.append("missed")
+        later = result.get("later") or []
         unnamed = [key for key, layers in kept.items()
-                   if not layers or not ((marked and _inside(marked, layers)) or set(layers) <= settings_layers)]
+                   if not layers or not (any(_inside(name, layers) for name in [marked] * bool(marked) + later)
+                                         or set(layers) <= settings_layers)]
         if unnamed:
             why.append("not named: " + ", ".join(unnamed))
-        if marked and not _inside(marked, union):
+        if marked and not _inside(marked, union) or any(not _inside(name, union) for name in later):
             why.append("divergence elsewhere")
         if settings_layers - union:
             why.append("setting elsewhere")

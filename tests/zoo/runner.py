@@ -4,9 +4,9 @@ and a crash loses one architecture, not the zoo), each case built fresh from its
 ``python tests/zoo/runner.py OUT.jsonl CASE...`` runs the named cases in this process and appends one JSON line per
 case; :func:`run` starts one such process per architecture and collects the lines. What a case reports:
 ``exit`` (0: the port matches, 1: a divergence or a differing setting, 2: ``ConfigError``, what ``msdebug
-port-check`` would exit with), the marked layer, its kind, the replay's verdict, the settings found
-(``[layer, setting]``), the headline, the MindSpore layers of each difference kept as published, whether the text,
-JSON and HTML reports agree, and the seconds the check took.
+port-check`` would exit with), the marked layer, its kind, the replay's verdict, the layers after it that diverge
+on their own (``later``), the settings found (``[layer, setting]``), the headline, the MindSpore layers of each
+difference kept as published, whether the text, JSON and HTML reports agree, and the seconds the check took.
 """
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ def run_case(case, work: Path) -> dict:
         exit=0 if check.ok else 1, marked=check.marked, kind=check.marked_kind,
         replay=None if replay is None else replay.verdict, headline=headline,
         settings=[[f.layer, f.setting] for f in check.conventions],
-        updates=[u.name for u in check.updates],
+        updates=[u.name for u in check.updates], later=check.later.layers,
+        later_replays=[check.later.replayed, round(check.later.seconds, 1)],
         unmatched=[[r.name for r in side] for side in (check.layers.unmatched_a, check.layers.unmatched_b)],
         agree=bool(as_json["ok"] == check.ok and as_json["headline"] == headline and headline in text
                    and (headline in page or html.escape(headline) in page)),
