@@ -272,11 +272,11 @@ def sample_weights(table, current, previous, rtol, atol, ratio_gt, epsilon, out)
     Array ``j`` (``table[:, j]``: address, size, first sampled element, stride, blocks, run) has its sampled
     elements, ``blocks`` runs of ``run`` consecutive ones starting at ``first, first + stride, ...`` (a run is about a
     cache line: the memory read is the lines, not the elements), gathered into ``current`` after the samples of the
-    arrays before it and
-    measured against ``previous`` (the same samples at the last check): whether every sample is within
-    |x - p| <= |p| * rtol + atol in float64 (NaN never is), sum |x - p|, sum |p| and the NaN/Inf count. An array
-    may hit when no sample moved, when one is not finite, or, with ``ratio_gt`` >= 0, when sum |x - p| >
-    ratio_gt * (sum |p| + epsilon * blocks * run) (the update-ratio condition on the sample)."""
+    arrays before it and measured against ``previous`` (the same samples at the last check): the NaN/Inf count;
+    whether every sample is within |x - p| <= |p| * rtol + atol in float64 (NaN never is; without ``ratio_gt`` the
+    look stops at the first sample that moves, as a training weight's first one does); with ``ratio_gt``, sum
+    |x - p| and sum |p|. An array may hit when no sample moved, when one is not finite, or, with ``ratio_gt`` >= 0,
+    when sum |x - p| > ratio_gt * (sum |p| + epsilon * blocks * run) (the update-ratio condition on the sample)."""
     start = 0
     flagged = 0
     for j in range(table.shape[1]):
@@ -284,26 +284,29 @@ def sample_weights(table, current, previous, rtol, atol, ratio_gt, epsilon, out)
         count = blocks * run
         source = carray(_float32_at(table[SAMPLE_ADDRESS, j]), (table[SAMPLE_SIZE, j],))
         first, stride = table[SAMPLE_FIRST, j], table[SAMPLE_STRIDE, j]
-        moved = False
         special = 0
-        change = 0.0
-        previous_abs = 0.0
-        i = 0
-        for block in range(blocks):
+        i = start
+        for block in range(blocks):          # the gather, and the NaN/Inf count (x - x is NaN for both)
             at = first + block * stride
             for k in range(run):
                 x = source[at + k]
-                current[start + i] = x
-                x64 = np.float64(x)
-                p64 = np.float64(previous[start + i])
-                difference = abs(x64 - p64)
-                if not moved and not difference <= abs(p64) * rtol + atol:
-                    moved = True
-                if not np.isfinite(x):
+                current[i] = x
+                if not x - x == 0.0:
                     special += 1
-                change += difference
-                previous_abs += abs(p64)
                 i += 1
+        moved = False
+        change = 0.0
+        previous_abs = 0.0
+        for i in range(start, start + count):
+            x64 = np.float64(current[i])
+            p64 = np.float64(previous[i])
+            difference = abs(x64 - p64)
+            if not moved and not difference <= abs(p64) * rtol + atol:
+                moved = True
+                if ratio_gt < 0.0:           # no sums asked for: the first move settles "unchanged"
+                    break
+            change += difference
+            previous_abs += abs(p64)
         out[SAMPLE_UNCHANGED, j] = 0.0 if moved else 1.0
         out[SAMPLE_CHANGE, j] = change
         out[SAMPLE_PREVIOUS_ABS, j] = previous_abs
