@@ -27,6 +27,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from msdebug_hooks.compare import attribution
+from msdebug_hooks.compare.fused_records import split_fused
 from msdebug_hooks.compare.layers import LayerComparison, compare_layers
 from msdebug_hooks.compare.layer_capture import FORWARD_INPUT, FORWARD_OUTPUT, read_capture
 from msdebug_hooks.compare.port_conventions import check_conventions, dropout_p
@@ -110,7 +111,8 @@ class PortCheck:
                   for kind in ("forward-output", "parameter-gradient", "parameter")}
         lines.append(f"compared: {counts['forward-output']} forward outputs, {counts['parameter-gradient']} "
                      f"gradients, {counts['parameter']} parameters at the start of the step, "
-                     f"{len(self.copy.pairs)} updates (largest |a-b|/|b| of a correct update: "
+                     f"{len(self.copy.pairs) + sum(len(p.mindspore) for p in self.copy.fused)} updates (largest "
+                     f"|a-b|/|b| of a correct update: "
                      f"{_size(self.update_level)})")
         for step, (a, b) in enumerate(zip(self.losses_mindspore, self.losses_pytorch), start=1):
             lines.append(f"loss step {step}: MindSpore {a:.8g}, PyTorch {b:.8g} ({_size(_rel(a, b))} relative)")
@@ -295,7 +297,9 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
                 layer.p, module.p = p, p
         restore_torch(torch_module, run_b.before)       # the weights of the captured step, for the replay
         restore_mindspore(mindspore_cell, run_a.before)
-        layers = compare_layers(root / "mindspore", root / "pytorch", mapping=copy.layer_mapping(),
+        cap_a, cap_b, parts = split_fused(read_capture(root / "mindspore"), read_capture(root / "pytorch"),
+                                          copy.fused)
+        layers = compare_layers(cap_a, cap_b, mapping=copy.layer_mapping(parts),
                                 replay=replay, replay_a=mindspore_cell if replay else None)
         restore_mindspore(mindspore_cell, run_a.before)  # a replayed BatchNorm in training mode moved its statistics
         with input_sizes(_input_sizes(mindspore_cell, root / "mindspore")):
@@ -313,8 +317,9 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
                       workdir=str(root) if (workdir is not None or keep) else None)
     _mark(check, mindspore_cell, torch_module)
     finding = layers.finding
-    if finding is not None and finding.kind == attribution.PARAMETER_FINDING and finding.entry.name in copy.pairs:
-        check.origin = weight_origin(run_a.before[finding.entry.name], state, copy.pairs[finding.entry.name])
+    state, partners = copy.reference_state(state)
+    if finding is not None and finding.kind == attribution.PARAMETER_FINDING and finding.entry.name in partners:
+        check.origin = weight_origin(run_a.before[finding.entry.name], state, partners[finding.entry.name])
     return check
 
 
@@ -326,7 +331,8 @@ def _mark(check: PortCheck, cell: Any, torch_module: Any) -> None:
     if finding is not None:
         culprit = check.layers.culprit
         named = culprit.record.name if culprit is not None and culprit.side == "A" else finding.entry.name
-        check.marked = record_layer(named, cells)
+        paths = {param.name: path for path, param in cell.parameters_and_names()}   # a CellList drops its prefix
+        check.marked = record_layer(paths.get(named, named), cells)
         check.marked_kind = finding.kind
         pair = check.layers.pairs[finding.index]   # PyTorch's own partner (names may have shifted)
         torch_layer = record_layer(culprit.record.name if culprit is not None and culprit.side == "B"
