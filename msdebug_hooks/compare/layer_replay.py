@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from msdebug_hooks.compare import attribution
 from msdebug_hooks.compare.layer_capture import Capture, CaptureError
+from msdebug_hooks.compare.layouts import same_row_major
 from msdebug_hooks.compare.metrics import compare_arrays
 from msdebug_hooks.errors import ConfigError
 
@@ -109,7 +110,10 @@ def replay_verdict(pair: Any, capture_a: Capture, capture_b: Capture, step_a: in
         index = 0 if len(outputs) == 1 else _output_index(name)
         if index >= len(outputs):
             return _replace_note(unknown, f"the replayed layer gave {len(outputs)} output(s), not output {index}")
-        own = compare_arrays(outputs[index], reference)
+        output = outputs[index]
+        if same_row_major(output.shape, reference.shape):   # [N, H*W, C] against [N, H, W, C], as compared
+            output = output.reshape(reference.shape)
+        own = compare_arrays(output, reference)
         own_error = attribution.error_of(attribution.Entry(name, attribution.FORWARD, own, entry.dtype_a,
                                                            entry.dtype_b))
         # own when, on the same inputs, it still differs beyond the floor by about as much (an output of another

@@ -28,7 +28,7 @@ from msdebug_hooks.compare.layer_capture import (COMPARED_KINDS, FORWARD_OUTPUT,
 from msdebug_hooks.compare.layer_matching import MATCHED_BY_ROLE, fold_containers, match_records
 from msdebug_hooks.compare.layer_roles import (FreeRecord, find_suspects, free_role, layer_type, parameter_layers,
                                                squeezable)
-from msdebug_hooks.compare.layouts import one_layout
+from msdebug_hooks.compare.layouts import one_layout, same_row_major
 from msdebug_hooks.compare.metrics import ERROR, NOT_COMPARABLE, WARNING, Tolerance, compare_arrays, not_comparable
 from msdebug_hooks.errors import ConfigError
 
@@ -371,5 +371,8 @@ def _compare_pair(cap_a: Capture, a: LayerRecord, cap_b: Capture, b: LayerRecord
     if squeezable(value_a.shape, value_b.shape):                # a pool's [N, C, 1, 1] against a mean's [N, C]
         value_a, note = value_a.reshape(value_b.shape), (f"compared as {list(value_b.shape)}: the shapes differ "
                                                          f"only by unit axes ({list(value_a.shape)} in A)")
+    elif a.kind == FORWARD_OUTPUT and same_row_major(value_a.shape, value_b.shape):   # [N, H*W, C] vs [N, H, W, C]
+        value_a, note = value_a.reshape(value_b.shape), (f"compared as {list(value_b.shape)}: the same elements "
+                                                         f"in the same order, axes merged ({list(value_a.shape)} in A)")
     result = compare_arrays(value_a, value_b, tolerance)
     return dataclasses.replace(result, reason=f"{result.reason}; {note}") if note else result

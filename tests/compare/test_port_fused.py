@@ -68,6 +68,16 @@ def test_no_split_without_siblings_of_one_kind_or_a_fitting_tensor():
                       [_t("a.qkv.weight", (24, 8), "Linear")], {}) == []    # 8 + 8 is not 24
 
 
+def test_outputs_that_merge_adjacent_axes_compare_in_the_reference_shape():
+    from msdebug_hooks.compare.layouts import same_row_major
+
+    assert same_row_major((2, 3136, 96), (2, 56, 56, 96)) and same_row_major((2, 56, 56, 96), (2, 3136, 96))
+    assert same_row_major((2, 3, 4), (2, 12)) and same_row_major((6, 1, 4), (2, 3, 4))
+    assert not same_row_major((2, 96, 56, 56), (2, 56, 56, 96))   # NCHW against NHWC: another order
+    assert not same_row_major((6, 4), (4, 6)) and not same_row_major((2, 8), (2, 8))
+    assert not same_row_major((2, 8), (2, 9))
+
+
 # --- real models, one process ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def fused_checks():
