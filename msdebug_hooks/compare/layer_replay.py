@@ -15,6 +15,7 @@ Nothing here imports PyTorch or MindSpore; :mod:`msdebug_hooks.compare.replay` d
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -103,14 +104,15 @@ def replay_verdict(pair: Any, capture_a: Capture, capture_b: Capture, step_a: in
             continue
         if inputs is None:
             return _replace_note(unknown, f"cannot replay: {missing}")
+        part = _PART.search(name)   # a part of a split fused layer (``qkv[0:96]``): the layer run whole, then cut
         try:
-            outputs = replay.replay_layer(model, name, inputs)
+            outputs = replay.replay_layer(model, _PART.sub("", name), inputs)
         except ConfigError as exc:
             return _replace_note(unknown, f"cannot replay: {exc}")
         index = 0 if len(outputs) == 1 else _output_index(name)
         if index >= len(outputs):
             return _replace_note(unknown, f"the replayed layer gave {len(outputs)} output(s), not output {index}")
-        output = outputs[index]
+        output = outputs[index] if part is None else _cut(outputs[index], reference.shape, part)
         if same_row_major(output.shape, reference.shape):   # [N, H*W, C] against [N, H, W, C], as compared
             output = output.reshape(reference.shape)
         own = compare_arrays(output, reference)
@@ -126,6 +128,20 @@ def replay_verdict(pair: Any, capture_a: Capture, capture_b: Capture, step_a: in
                                       "hold no inputs of this layer (record_inputs=True)")
     verdict = INHERITED if input_error > floor and observed <= attribution.JUMP * input_error else OWN
     return ReplayVerdict(name_a, verdict, "compared the recorded inputs", None, input_error, observed, floor)
+
+
+_PART = re.compile(r"\[(?P<start>\d+):(?P<stop>\d+)\]")
+
+
+def _cut(output: Any, shape: tuple, part: re.Match) -> Any:
+    """The part ``[start:stop]`` of a fused layer's replayed output, along the one axis where its shape differs from
+    the partner's ``shape`` (as the records were split); the whole output when no axis does."""
+    axes = [axis for axis, (a, b) in enumerate(zip(output.shape, shape)) if a != b]
+    if len(output.shape) != len(shape) or len(axes) != 1:
+        return output
+    index = [slice(None)] * output.ndim
+    index[axes[0]] = slice(int(part["start"]), int(part["stop"]))
+    return output[tuple(index)]
 
 
 def _replace_note(verdict: ReplayVerdict, note: str) -> ReplayVerdict:

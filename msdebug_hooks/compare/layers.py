@@ -344,7 +344,9 @@ def _replayed_pair(report: LayerComparison, finding: Optional[attribution.Findin
     if finding.kind in (attribution.LAYER, attribution.PRECISION):
         return report.pairs[finding.index]
     if finding.kind == attribution.PARAMETER_FINDING:
-        holder = report.pairs[finding.index].record_a.name.rpartition(".")[0]
+        name = report.pairs[finding.index].record_a.name   # a part of a fused tensor: qkv.weight[0:96] -> qkv[0:96]
+        part = name[name.rindex("["):] if name.endswith("]") and "[" in name else ""
+        holder = name[:len(name) - len(part)].rpartition(".")[0] + part
         return next((pair for pair in report.pairs
                      if pair.record_a.kind == FORWARD_OUTPUT and pair.record_a.name == holder), None)
     return None

@@ -4,8 +4,9 @@ report, copied split (or concatenated), and its layer's records are compared par
 
 The fast part drives :func:`~msdebug_hooks.compare.fused_pairing.find_fused` on names and shapes; the ``mindspore``
 part runs the port check on the small models of tests/helpers/fused_pairs.py in this process (real MindSpore CPU and
-real PyTorch CPU): both directions read clean, and q's and k's weights exchanged by a converter are named at ``q``
-(a parameter finding, replay own, its value traced to PyTorch's slice of ``qkv``).
+real PyTorch CPU): both directions read clean; q's and k's weights exchanged by a converter are named at ``q``
+(a parameter finding, replay own, its value traced to PyTorch's slice of ``qkv``), and a fused port ``qkv`` stacked
+k before q is named at ``qkv`` (its part ``[0:8]``, replayed whole and cut).
 """
 from __future__ import annotations
 
@@ -101,6 +102,12 @@ def fused_checks():
     cell.q.weight.set_data(ms.Tensor(k))
     cell.k.weight.set_data(ms.Tensor(q))
     checks["swapped"] = compare_models(module, cell, x, y, steps=1, copy_weights=False)
+    module, cell = TorchSplit(), CellFused()
+    state = torch_state(module)
+    copy_into(cell, state, pair_parameters(state, cell, None, module))
+    weight = cell.qkv.weight.asnumpy().copy()   # the converter stacked k before q
+    cell.qkv.weight.set_data(ms.Tensor(np.concatenate([weight[8:16], weight[:8], weight[16:]])))
+    checks["fused_swapped"] = compare_models(module, cell, x, y, steps=1, copy_weights=False)
     return checks
 
 
@@ -124,3 +131,12 @@ def test_swapped_q_and_k_weights_are_named_at_q_with_their_origin(fused_checks):
     assert not check.ok and check.marked == "q" and check.marked_kind == "parameter", text
     assert check.layers.replay is not None and check.layers.replay.verdict == "own", text
     assert check.origin is not None and "qkv.weight[8:16]" in check.origin, check.origin
+
+
+@pytest.mark.mindspore
+def test_a_fused_port_layer_with_its_parts_stacked_wrong_is_named_and_replayed_part_by_part(fused_checks):
+    check = fused_checks["fused_swapped"]
+    text = check.format()
+    assert not check.ok and check.marked == "qkv" and check.marked_kind == "parameter", text
+    assert check.layers.replay is not None and check.layers.replay.verdict == "own", text
+    assert "qkv.weight[0:8]" in check.headline(), check.headline()
