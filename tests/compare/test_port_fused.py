@@ -140,3 +140,18 @@ def test_a_fused_port_layer_with_its_parts_stacked_wrong_is_named_and_replayed_p
     assert not check.ok and check.marked == "qkv" and check.marked_kind == "parameter", text
     assert check.layers.replay is not None and check.layers.replay.verdict == "own", text
     assert "qkv.weight[0:8]" in check.headline(), check.headline()
+
+
+@pytest.mark.mindspore
+def test_a_random_layer_called_twice_pairs_call_by_call_with_two_called_once(fused_checks):
+    import mindspore as ms
+    import torch
+
+    from fused_pairs import CellDropTwice, TorchDropTwice
+    from msdebug_hooks.compare.port_random import find_random_layers
+
+    x = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+    found = find_random_layers(CellDropTwice(), TorchDropTwice(), (torch.from_numpy(x),), (ms.Tensor(x),),
+                               lambda name: name)
+    assert found.mindspore == ["drop"] and found.pytorch == ["drop1", "drop2"], found
+    assert found.paired == [("drop", "drop1"), ("drop", "drop2")], found

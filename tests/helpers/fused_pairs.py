@@ -78,3 +78,29 @@ class CellFused(mnn.Cell):
         q, k, v = ops.split(self.qkv(x), D, -1)
         return self.head(self.proj(ops.matmul(self.softmax(ops.matmul(q, k.swapaxes(-2, -1)) / D ** 0.5), v))
                          .mean(1))
+
+
+class CellDropTwice(mnn.Cell):
+    """One random layer called twice (mindcv's Swin block and its ``drop_path``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = mnn.Dense(D, D)
+        self.drop = mnn.Dropout(p=0.5)
+
+    def construct(self, x):
+        x = x + self.drop(self.fc(x))
+        return x + self.drop(self.fc(x))
+
+
+class TorchDropTwice(tnn.Module):
+    """Two random layers called once each (timm's ``drop_path1``, ``drop_path2``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = tnn.Linear(D, D)
+        self.drop1, self.drop2 = tnn.Dropout(0.5), tnn.Dropout(0.5)
+
+    def forward(self, x):
+        x = x + self.drop1(self.fc(x))
+        return x + self.drop2(self.fc(x))
