@@ -326,7 +326,9 @@ def compare_layers(capture_a: Any, capture_b: Any, *, step_a: Optional[int] = No
         report.pairs.append(LayerPair(a, b, how, _compare_pair(cap_a, a, cap_b, b, tolerance),
                                       layer_type(a, cap_a.layer_types) or "", layer_type(b, cap_b.layer_types) or ""))
     finding = report.finding if (replay or replay_a is not None or replay_b is not None or free) else None
-    replayed = _replayed_pair(report, finding) if (replay or replay_a is not None or replay_b is not None) else None
+    paths = {param.name: path for path, param in getattr(replay_a, "parameters_and_names", lambda: ())()}
+    replayed = (_replayed_pair(report, finding, paths) if (replay or replay_a is not None or replay_b is not None)
+                else None)
     if replayed is not None:
         from msdebug_hooks.compare.layer_replay import replay_verdict
         report.replay = replay_verdict(replayed, cap_a, cap_b, sa, sb, model_a=replay_a, model_b=replay_b)
@@ -335,7 +337,8 @@ def compare_layers(capture_a: Any, capture_b: Any, *, step_a: Optional[int] = No
     return report
 
 
-def _replayed_pair(report: LayerComparison, finding: Optional[attribution.Finding]) -> Optional[LayerPair]:
+def _replayed_pair(report: LayerComparison, finding: Optional[attribution.Finding],
+                   paths: Mapping[str, str]) -> Optional[LayerPair]:
     """The forward pair the replay runs for ``finding``: its own for a layer or precision finding; for a parameter
     that differs at the start of the step, the layer holding it (its output pair), so the reading says whether that
     layer, run on the same inputs, computes differently with the weight it was given."""
@@ -346,7 +349,9 @@ def _replayed_pair(report: LayerComparison, finding: Optional[attribution.Findin
     if finding.kind == attribution.PARAMETER_FINDING:
         name = report.pairs[finding.index].record_a.name   # a part of a fused tensor: qkv.weight[0:96] -> qkv[0:96]
         part = name[name.rindex("["):] if name.endswith("]") and "[" in name else ""
-        holder = name[:len(name) - len(part)].rpartition(".")[0] + part
+        base = name[:len(name) - len(part)]
+        holder = paths.get(base, base).rpartition(".")[0] + part   # A's parameter name -> its path (a CellList's
+        #                                                             parameters are named without its own name)
         return next((pair for pair in report.pairs
                      if pair.record_a.kind == FORWARD_OUTPUT and pair.record_a.name == holder), None)
     return None
