@@ -15,11 +15,13 @@ Nothing here imports PyTorch or MindSpore; :mod:`msdebug_hooks.compare.replay` d
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from msdebug_hooks.compare import attribution
 from msdebug_hooks.compare.layer_capture import Capture, CaptureError
+from msdebug_hooks.compare.layouts import same_row_major
 from msdebug_hooks.compare.metrics import compare_arrays
 from msdebug_hooks.errors import ConfigError
 
@@ -105,17 +107,21 @@ def replay_verdict(pair: Any, capture_a: Capture, capture_b: Capture, step_a: in
             continue
         if inputs is None:
             return _replace_note(unknown, f"cannot replay: {missing}")
+        part = _PART.search(name[-1])   # a part of a split fused layer (``qkv[0:96]``): the layer run whole, then cut
         try:
-            outputs = replay.replay_layer(model, name[0], inputs)
+            outputs = replay.replay_layer(model, _PART.sub("", name[0]), inputs)
             for later in name[1:]:
-                outputs = replay.replay_layer(model, later, outputs[:1])
+                outputs = replay.replay_layer(model, _PART.sub("", later), outputs[:1])
         except ConfigError as exc:
             return _replace_note(unknown, f"cannot replay: {exc}")
         name = name[-1]
         index = 0 if len(outputs) == 1 else _output_index(name)
         if index >= len(outputs):
             return _replace_note(unknown, f"the replayed layer gave {len(outputs)} output(s), not output {index}")
-        own = compare_arrays(outputs[index], reference)
+        output = outputs[index] if part is None else _cut(outputs[index], reference.shape, part)
+        if same_row_major(output.shape, reference.shape):   # [N, H*W, C] against [N, H, W, C], as compared
+            output = output.reshape(reference.shape)
+        own = compare_arrays(output, reference)
         own_error = attribution.error_of(attribution.Entry(name, attribution.FORWARD, own, entry.dtype_a,
                                                            entry.dtype_b))
         # own when, on the same inputs, it still differs beyond the floor by about as much (an output of another
@@ -128,6 +134,20 @@ def replay_verdict(pair: Any, capture_a: Capture, capture_b: Capture, step_a: in
                                       "hold no inputs of this layer (record_inputs=True)")
     verdict = INHERITED if input_error > floor and observed <= attribution.JUMP * input_error else OWN
     return ReplayVerdict(name_a, verdict, "compared the recorded inputs", None, input_error, observed, floor)
+
+
+_PART = re.compile(r"\[(?P<start>\d+):(?P<stop>\d+)\]")
+
+
+def _cut(output: Any, shape: tuple, part: re.Match) -> Any:
+    """The part ``[start:stop]`` of a fused layer's replayed output, along the one axis where its shape differs from
+    the partner's ``shape`` (as the records were split); the whole output when no axis does."""
+    axes = [axis for axis, (a, b) in enumerate(zip(output.shape, shape)) if a != b]
+    if len(output.shape) != len(shape) or len(axes) != 1:
+        return output
+    index = [slice(None)] * output.ndim
+    index[axes[0]] = slice(int(part["start"]), int(part["stop"]))
+    return output[tuple(index)]
 
 
 def _replace_note(verdict: ReplayVerdict, note: str) -> ReplayVerdict:

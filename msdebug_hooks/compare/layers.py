@@ -29,7 +29,7 @@ from msdebug_hooks.compare.layer_capture import (COMPARED_KINDS, FORWARD_OUTPUT,
 from msdebug_hooks.compare.layer_matching import MATCHED_BY_ROLE, fold_containers, match_records
 from msdebug_hooks.compare.layer_roles import (FreeRecord, find_suspects, free_role, layer_type, parameter_layers,
                                                squeezable)
-from msdebug_hooks.compare.layouts import one_layout
+from msdebug_hooks.compare.layouts import one_layout, same_row_major
 from msdebug_hooks.compare.metrics import ERROR, NOT_COMPARABLE, WARNING, Tolerance, compare_arrays, not_comparable
 from msdebug_hooks.errors import ConfigError
 
@@ -335,7 +335,9 @@ def compare_layers(capture_a: Any, capture_b: Any, *, step_a: Optional[int] = No
                                       layer_type(a, cap_a.layer_types) or "", layer_type(b, cap_b.layer_types) or "",
                                       *runs.get(id(pair), ((), ()))))
     finding = report.finding if (replay or replay_a is not None or replay_b is not None or free) else None
-    replayed = _replayed_pair(report, finding) if (replay or replay_a is not None or replay_b is not None) else None
+    paths = {param.name: path for path, param in getattr(replay_a, "parameters_and_names", lambda: ())()}
+    replayed = (_replayed_pair(report, finding, paths) if (replay or replay_a is not None or replay_b is not None)
+                else None)
     if replayed is not None:
         from msdebug_hooks.compare.layer_replay import replay_verdict
         report.replay = replay_verdict(replayed, cap_a, cap_b, sa, sb, model_a=replay_a, model_b=replay_b)
@@ -344,7 +346,8 @@ def compare_layers(capture_a: Any, capture_b: Any, *, step_a: Optional[int] = No
     return report
 
 
-def _replayed_pair(report: LayerComparison, finding: Optional[attribution.Finding]) -> Optional[LayerPair]:
+def _replayed_pair(report: LayerComparison, finding: Optional[attribution.Finding],
+                   paths: Mapping[str, str]) -> Optional[LayerPair]:
     """The forward pair the replay runs for ``finding``: its own for a layer or precision finding; for a parameter
     that differs at the start of the step, the layer holding it (its output pair), so the reading says whether that
     layer, run on the same inputs, computes differently with the weight it was given."""
@@ -353,7 +356,11 @@ def _replayed_pair(report: LayerComparison, finding: Optional[attribution.Findin
     if finding.kind in (attribution.LAYER, attribution.PRECISION):
         return report.pairs[finding.index]
     if finding.kind == attribution.PARAMETER_FINDING:
-        holder = report.pairs[finding.index].record_a.name.rpartition(".")[0]
+        name = report.pairs[finding.index].record_a.name   # a part of a fused tensor: qkv.weight[0:96] -> qkv[0:96]
+        part = name[name.rindex("["):] if name.endswith("]") and "[" in name else ""
+        base = name[:len(name) - len(part)]
+        holder = paths.get(base, base).rpartition(".")[0] + part   # A's parameter name -> its path (a CellList's
+        #                                                             parameters are named without its own name)
         return next((pair for pair in report.pairs
                      if pair.record_a.kind == FORWARD_OUTPUT and pair.record_a.name == holder), None)
     return None
@@ -380,5 +387,8 @@ def _compare_pair(cap_a: Capture, a: LayerRecord, cap_b: Capture, b: LayerRecord
     if squeezable(value_a.shape, value_b.shape):                # a pool's [N, C, 1, 1] against a mean's [N, C]
         value_a, note = value_a.reshape(value_b.shape), (f"compared as {list(value_b.shape)}: the shapes differ "
                                                          f"only by unit axes ({list(value_a.shape)} in A)")
+    elif a.kind == FORWARD_OUTPUT and same_row_major(value_a.shape, value_b.shape):   # [N, H*W, C] vs [N, H, W, C]
+        value_a, note = value_a.reshape(value_b.shape), (f"compared as {list(value_b.shape)}: the same elements "
+                                                         f"in the same order, axes merged ({list(value_a.shape)} in A)")
     result = compare_arrays(value_a, value_b, tolerance)
     return dataclasses.replace(result, reason=f"{result.reason}; {note}") if note else result

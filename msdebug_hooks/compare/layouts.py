@@ -361,3 +361,15 @@ def pairable_by_shape(shape_a: Sequence[int], shape_b: Sequence[int], layer_a: O
         return False
     return layout_of(*layer_a) is layout_of(*layer_b)
 
+
+def same_row_major(shape_a: Sequence[int], shape_b: Sequence[int]) -> bool:
+    """Whether two different shapes hold the same elements in the same row-major order, one merging adjacent axes of
+    the other (timm's Swin keeps ``[N, H, W, C]`` between blocks where mindcv keeps ``[N, H*W, C]``): the same size,
+    and every axis boundary of one (the running products of its sizes) is one of the other's."""
+    def bounds(shape: Sequence[int]) -> set:
+        return set(np.cumprod([int(d) for d in shape if d != 1]).tolist())
+
+    if tuple(shape_a) == tuple(shape_b) or int(np.prod(shape_a)) != int(np.prod(shape_b)):
+        return False
+    fewer, more = sorted((bounds(shape_a), bounds(shape_b)), key=len)
+    return fewer <= more

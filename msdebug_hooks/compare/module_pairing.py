@@ -267,9 +267,10 @@ def module_map(pairs: Mapping[str, str], ms_paths: Mapping[str, str], torch_name
     for ms_name, torch_name in pairs.items():
         parts = ms_paths.get(ms_name, ms_name).split(".")
         for cut in range(1, len(parts)):
-            partners.setdefault(".".join(parts[:cut]), []).append(torch_name.split(".")[:-1])
+            partners.setdefault(".".join(parts[:cut]), {})[torch_name] = torch_name.split(".")[:-1]
     chains: dict = {}   # PyTorch module -> the MindSpore cells whose tensors it holds exactly
-    for cell, owners in partners.items():
+    for cell, named in partners.items():
+        owners = list(named.values())   # one entry per PyTorch tensor (parts split from one tensor share it)
         common = owners[0]
         for other in owners[1:]:
             cut = next((k for k, (x, y) in enumerate(zip(common, other)) if x != y), min(len(common), len(other)))

@@ -27,6 +27,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from msdebug_hooks.compare import attribution
+from msdebug_hooks.compare.fused_records import split_fused
 from msdebug_hooks.compare.layers import LayerComparison, compare_layers
 from msdebug_hooks.compare.layer_capture import FORWARD_INPUT, read_capture
 from msdebug_hooks.compare.later_divergences import LaterDivergences, later_divergences
@@ -115,7 +116,8 @@ class PortCheck:
                   for kind in ("forward-output", "parameter-gradient", "parameter")}
         lines.append(f"compared: {counts['forward-output']} forward outputs, {counts['parameter-gradient']} "
                      f"gradients, {counts['parameter']} parameters at the start of the step, "
-                     f"{len(self.copy.pairs)} updates (largest |a-b|/|b| of a correct update: "
+                     f"{len(self.copy.pairs) + sum(len(p.mindspore) for p in self.copy.fused)} updates (largest "
+                     f"|a-b|/|b| of a correct update: "
                      f"{_size(self.update_level)})")
         for step, (a, b) in enumerate(zip(self.losses_mindspore, self.losses_pytorch), start=1):
             lines.append(f"loss step {step}: MindSpore {a:.8g}, PyTorch {b:.8g} ({_size(_rel(a, b))} relative)")
@@ -300,7 +302,9 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
                 layer.p, module.p = p, p
         restore_torch(torch_module, run_b.before)       # the weights of the captured step, for the replay
         restore_mindspore(mindspore_cell, run_a.before)
-        layers = compare_layers(root / "mindspore", root / "pytorch", mapping=copy.layer_mapping(),
+        cap_a, cap_b, parts = split_fused(read_capture(root / "mindspore"), read_capture(root / "pytorch"),
+                                          copy.fused)
+        layers = compare_layers(cap_a, cap_b, mapping=copy.layer_mapping(parts),
                                 replay=replay, replay_a=mindspore_cell if replay else None)
         cells = dict(mindspore_cell.cells_and_names())
         for layer, _, _ in dropouts:       # replayed as they ran in the step
@@ -328,9 +332,10 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
                       workdir=str(root) if (workdir is not None or keep) else None, later=later)
     _mark(check, mindspore_cell, torch_module)
     finding = layers.finding
+    state, partners = copy.reference_state(state)
     found = None if finding is None else copy.parameter_name(finding.entry.name)
-    if finding is not None and finding.kind == attribution.PARAMETER_FINDING and found in copy.pairs:
-        check.origin = weight_origin(run_a.before[found], state, copy.pairs[found])
+    if finding is not None and finding.kind == attribution.PARAMETER_FINDING and found in partners:
+        check.origin = weight_origin(run_a.before[found], state, partners[found])
     return check
 
 

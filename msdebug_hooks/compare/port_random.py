@@ -6,8 +6,10 @@ class is random is not guessed from its name: a **probe** runs one forward pass 
 the check's batch (no gradients; the weights and statistics it moves are put back) and calls every parameter-free
 leaf layer a second time on the very inputs it was given; a layer whose two outputs differ is random.
 
-Random layers are then paired across the two models: in execution order when both models have as many, else only
-where the module map pairs the MindSpore layer with the PyTorch one. Each paired layer runs in eval mode for the
+Random layers are then paired across the two models: in execution order when both models have as many, else call by
+call when both make as many calls to random layers (mindcv's Swin block calls one ``drop_path`` twice where timm's
+has ``drop_path1`` and ``drop_path2``), else only where the module map pairs the MindSpore layer with the PyTorch
+one. Each paired layer runs in eval mode for the
 check's step on both sides (for dropout and stochastic depth: the identity, the expectation of the random layer).
 A random layer with no random partner (dropout left on where the reference has none) keeps running, so its masks
 part the runs and the layer comparison names it. What the probe cannot compare: the drop *rates* of two random
@@ -44,7 +46,7 @@ class RandomLayers:
         return text
 
 
-def _torch_random(module: Any, inputs: tuple) -> list:
+def _torch_random(module: Any, inputs: tuple, calls: list) -> list:
     import torch
 
     from msdebug_hooks.compare.port_run import _torch_state, restore_torch
@@ -78,6 +80,7 @@ def _torch_random(module: Any, inputs: tuple) -> list:
         def pre_hook(_sub, args):
             if not probing[0]:
                 copies[name] = copied_tensors(args)
+                calls.append(name)
         return pre_hook
 
     handles = []
@@ -97,7 +100,7 @@ def _torch_random(module: Any, inputs: tuple) -> list:
     return found
 
 
-def _mindspore_random(cell: Any, inputs: tuple) -> list:
+def _mindspore_random(cell: Any, inputs: tuple, calls: list) -> list:
     import mindspore as ms
 
     from msdebug_hooks.compare.port_run import _mindspore_state, restore_mindspore
@@ -110,6 +113,7 @@ def _mindspore_random(cell: Any, inputs: tuple) -> list:
         def pre_hook(_sub, args):
             if not probing[0]:
                 copies[name] = tuple(a.copy() if isinstance(a, ms.Tensor) else a for a in args)
+                calls.append(name)
         return pre_hook
 
     def hook_for(name: str) -> Callable:
@@ -151,9 +155,15 @@ def _mindspore_random(cell: Any, inputs: tuple) -> list:
 def find_random_layers(cell: Any, torch_module: Any, torch_inputs: tuple, mindspore_inputs: tuple,
                        torch_name: Callable[[str], str]) -> RandomLayers:
     """Probe both models (see the module docstring) and pair their random layers."""
-    found = RandomLayers(_mindspore_random(cell, mindspore_inputs), _torch_random(torch_module, torch_inputs))
+    calls_a, calls_b = [], []
+    found = RandomLayers(_mindspore_random(cell, mindspore_inputs, calls_a),
+                         _torch_random(torch_module, torch_inputs, calls_b))
+    calls_a = [name for name in calls_a if name in found.mindspore]
+    calls_b = [name for name in calls_b if name in found.pytorch]
     if len(found.mindspore) == len(found.pytorch):
         found.paired = list(zip(found.mindspore, found.pytorch))
+    elif calls_a and len(calls_a) == len(calls_b):   # one layer called twice against two called once (mindcv's
+        found.paired = list(dict.fromkeys(zip(calls_a, calls_b)))   # Swin block's drop_path, timm's drop_path1/2)
     else:
         torch_random = set(found.pytorch)
         found.paired = [(name, torch_name(name)) for name in found.mindspore if torch_name(name) in torch_random]

@@ -132,8 +132,11 @@ def source_line(root: Any, layer: str, framework: str) -> Optional[SourceLine]:
 
 
 def record_layer(name: str, layers: Mapping[str, Any]) -> Optional[str]:
-    """The layer a record belongs to: ``relu#1`` -> ``relu``, ``lstm.0`` -> ``lstm``, ``fc.weight`` -> ``fc``."""
+    """The layer a record belongs to: ``relu#1`` -> ``relu``, ``lstm.0`` -> ``lstm``, ``fc.weight`` -> ``fc``, a part
+    of a split fused layer ``qkv[0:96]`` -> ``qkv``."""
     from msdebug_hooks.compare.replay import layer_candidates
+
+    name = re.sub(r"\[\d+:\d+\]", "", name)
 
     for candidate in layer_candidates(name) + [name.rpartition(".")[0]]:
         if candidate in layers:

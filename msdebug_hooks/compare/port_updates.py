@@ -94,10 +94,11 @@ def compare_updates(copy: WeightCopy, run_a: SideRun, run_b: SideRun,
     carry it; a wrong momentum or learning rate still moves an update by far more than its inputs differ."""
     findings, level = [], 0.0
     items = []
-    for ms_name, torch_name in copy.pairs.items():
-        if ms_name not in run_a.before or torch_name not in run_b.before:
+    before_b, after_b = {}, {}   # MindSpore name -> PyTorch's values (a part of a fused tensor: its slice)
+    for ms_name, torch_name, trained_b in _reference(copy, run_b, before_b, after_b):
+        if ms_name not in run_a.before:
             continue
-        trained_a, trained_b = ms_name in run_a.trainable, torch_name in run_b.trainable
+        trained_a = ms_name in run_a.trainable
         if trained_a != trained_b:
             findings.append(UpdateFinding(ms_name, torch_name, float("inf"), 0.0,
                                           f"{ms_name}: trained in {'MindSpore' if trained_a else 'PyTorch'} only "
@@ -105,7 +106,7 @@ def compare_updates(copy: WeightCopy, run_a: SideRun, run_b: SideRun,
                                           f"differs)"))
             continue
         delta_a = run_a.after[ms_name].astype(np.float64) - run_a.before[ms_name]
-        delta_b = run_b.after[torch_name].astype(np.float64) - run_b.before[torch_name]
+        delta_b = after_b[ms_name].astype(np.float64) - before_b[ms_name]
         delta_a, delta_b, _ = one_layout(delta_a, delta_b)
         items.append((ms_name, torch_name, trained_a, delta_a, delta_b))
     groups: dict = {}
@@ -126,11 +127,11 @@ def compare_updates(copy: WeightCopy, run_a: SideRun, run_b: SideRun,
         delta_a, delta_b = np.where(finite, delta_a, 0.0), np.where(finite, delta_b, 0.0)
         table = attribution.GRADIENT_FLOOR if trained else attribution.FORWARD_FLOOR
         floor = table[attribution.coarser_dtype(str(run_a.before[ms_name].dtype),
-                                                str(run_b.before[torch_name].dtype))]
+                                                str(before_b[ms_name].dtype))]
         difference = float(np.linalg.norm(delta_a - delta_b))
         scale = max(float(np.linalg.norm(delta_b)),
                     attribution.layer_scale(groups[(attribution.layer_of(ms_name), trained)], delta_b.size))
-        rounding = _rounding(run_a.after[ms_name]) + _rounding(run_b.after[torch_name])
+        rounding = _rounding(run_a.after[ms_name]) + _rounding(after_b[ms_name])
         if difference <= rounding:
             continue
         error = difference / scale if scale > 0 else float("inf")
@@ -144,6 +145,26 @@ def compare_updates(copy: WeightCopy, run_a: SideRun, run_b: SideRun,
         else:
             level = max(level, min(error, max(floor, attribution.JUMP * upstream)))
     return findings, level
+
+def _reference(copy: WeightCopy, run_b: SideRun, before: dict, after: dict) -> list:
+    """``[(MindSpore name, PyTorch name, trained in PyTorch)]`` for every pair whose PyTorch values were recorded,
+    filling ``before`` / ``after`` (MindSpore name -> PyTorch's values): a part of a fused tensor gets its slice
+    (or the parts their concatenation), named ``qkv.weight[0:96]``."""
+    found = []
+    for ms_name, torch_name in copy.pairs.items():
+        if torch_name in run_b.before:
+            before[ms_name], after[ms_name] = run_b.before[torch_name], run_b.after[torch_name]
+            found.append((ms_name, torch_name, torch_name in run_b.trainable))
+    for pair in copy.fused:
+        if not all(name in run_b.before for name in pair.torch):
+            continue
+        start = pair.mindspore_values(run_b.before)
+        end = pair.mindspore_values(run_b.after)
+        for ms_name, label in zip(pair.mindspore, pair.reference_names()):
+            before[ms_name], after[ms_name] = start[ms_name], end[ms_name]
+            found.append((ms_name, label, all(name in run_b.trainable for name in pair.torch)))
+    return found
+
 
 def _size(value: float) -> str:
     return "inf" if value == float("inf") else ("0" if value == 0 else f"{value:.1e}")

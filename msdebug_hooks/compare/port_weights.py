@@ -20,8 +20,9 @@ layout table owns (BatchNorm's running statistics are weights) and that holds in
 that no left-over PyTorch tensor fits once everything else paired (a Swin attention mask that PyTorch computes into
 an unsaved buffer), is not copied but kept and listed in the summary. The
 structure pairing runs again without them, since a constant held in a module changes that module's signature. A
-left-over PyTorch tensor holding the rows of several left-over MindSpore tensors (one fused ``qkv`` against ``q``,
-``k``, ``v``) is named in the error line; the pairing does not split it.
+left-over tensor holding the tensors of several left-over sibling layers of the other side, concatenated along one
+axis (one fused ``qkv`` against ``q``, ``k``, ``v``, or the reverse), is split or concatenated by
+:mod:`.fused_pairing` and said in the summary, naming both sides and the axis.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from msdebug_hooks.compare.fused_pairing import fused_for
 from msdebug_hooks.compare.layouts import pytorch_style_name, transform_between
 from msdebug_hooks.compare.module_pairing import (mindspore_holders, module_map, pair_by_structure, shape_fit,
                                                   torch_holders)
@@ -52,6 +54,7 @@ class WeightCopy:
     unit_axes: list = field(default_factory=list)      # ms names paired through size-1 axes (shape algebra)
     unpaired_torch: list = field(default_factory=list)  # PyTorch tensors no MindSpore parameter took
     constants: list = field(default_factory=list)       # non-trainable ms parameters the model builds itself
+    fused: list = field(default_factory=list)           # FusedPair: tensors split from / concatenated into one
     rules: list = field(default_factory=list)          # suggested mapping rules (for the structure pairs)
     copied: bool = True                                # False: the cell kept its own weights (checked, not copied)
     paths: dict = field(default_factory=dict)          # ms name -> its cell path, where the two differ (CellList)
@@ -60,15 +63,16 @@ class WeightCopy:
     def by_structure(self) -> list:
         return [name for name, how in self.how.items() if how == BY_STRUCTURE]
 
-    def layer_mapping(self) -> Optional[NameMapping]:
+    def layer_mapping(self, parts: Optional[Mapping[str, str]] = None) -> Optional[NameMapping]:
         """MindSpore record name -> PyTorch record name where the two differ (None when every name agrees): exact
         pairs for the layers and parameters. No rule maps what lies below a renamed container by name: containers
         that nest their layers differently would pair unlike layers, so parameter-free layers there pair by order
         and role in the comparison. A parameter is keyed by its cell path, the name ``LayerRecorder`` records it
-        under."""
+        under. ``parts``: record-name pairs of split fused layers (:mod:`.fused_records`)."""
         named = {self.paths.get(ms, ms): torch for ms, torch in self.pairs.items()}
         pairs = {ms: torch for ms, torch in {**self.modules, **named}.items()
                  if pytorch_style_name(ms) != torch}
+        pairs.update(parts or {})
         if not pairs:
             return None
         return NameMapping(pairs, [])
@@ -76,6 +80,16 @@ class WeightCopy:
     def parameter_name(self, path: str) -> str:
         """The ``Parameter.name`` of the parameter at cell path ``path`` (a record's name)."""
         return next((name for name, at in self.paths.items() if at == path), path)
+
+    def reference_state(self, state: Mapping[str, np.ndarray]) -> tuple:
+        """``(state, partners)``: ``state`` with the parts of fused pairs added under their report names
+        (``attn.qkv.weight[0:96]``), and MindSpore name -> the PyTorch name its values come from, parts included."""
+        state, partners = dict(state), dict(self.pairs)
+        for pair in self.fused:
+            values = pair.mindspore_values({name: as_array(state[name]) for name in pair.torch})
+            for ms_name, label in zip(pair.mindspore, pair.reference_names()):
+                state[label], partners[ms_name] = values[ms_name], label
+        return state, partners
 
     def torch_name(self, ms_layer: str) -> Optional[str]:
         """The PyTorch module name of MindSpore layer ``ms_layer``: its own entry of the module map, else its
@@ -110,6 +124,10 @@ class WeightCopy:
             text += (f"; {len(self.constants)} non-trainable MindSpore parameters are constants the model builds "
                      f"itself (integer, or with no PyTorch tensor left for them), not copied "
                      f"({_listed(self.constants)})")
+        if self.fused:
+            shown = "; ".join(pair.describe() for pair in self.fused[:2])
+            text += (f"; {len(self.fused)} split or concatenated (one tensor holds the tensors of sibling layers "
+                     f"of the other model, by shapes): {shown}{'; ...' if len(self.fused) > 2 else ''}")
         if self.unpaired_torch:
             text += (f"; {len(self.unpaired_torch)} PyTorch tensors have no MindSpore peer "
                      f"({_listed(self.unpaired_torch)})")
@@ -167,20 +185,28 @@ def pair_parameters(state: Mapping[str, np.ndarray], cell: Any, mapping: Optiona
         copy.pairs[ms_name], copy.how[ms_name] = torch_name, BY_STRUCTURE
     missing = [name for name in left if name not in copy.pairs and name not in copy.constants]
     paired = set(copy.pairs.values())
+    if missing:
+        copy.fused = fused_for(cell, missing, state, [name for name in state if name not in paired], torch_module,
+                               copy.pairs)
+        in_fused = {name for pair in copy.fused for name in pair.mindspore}
+        missing = [name for name in missing if name not in in_fused]
+        paired |= {name for pair in copy.fused for name in pair.torch}
     copy.unpaired_torch = [name for name in state if name not in paired]
     if missing:
         raise ConfigError("torch_module", f"a state dict of {len(state)} tensors", "a PyTorch model holding a "
                           "partner for every MindSpore parameter (by name, the layout table or the module structure)",
                           detail=f"left unpaired: MindSpore {_few(missing, shapes)}; PyTorch "
                                  f"{_few(copy.unpaired_torch, {n: tuple(state[n].shape) for n in state})}; "
-                                 f"{_fused(missing, shapes, paths, copy.unpaired_torch, state)}"
                                  f"pass a mapping (PyTorch name -> MindSpore name, rules such as 'blocks.* -> "
                                  f"layers.*') where the models really are the same")
     for ms_name, torch_name in copy.pairs.items():
         if shapes[ms_name] != tuple(state[torch_name].shape):
             target = copy.reshaped if transform_between(shapes[ms_name], state[torch_name].shape) else copy.unit_axes
             target.append(ms_name)
-    copy.modules = module_map(copy.pairs, {param.name: path for path, param in params}, state)
+    split = {ms: pair.torch[0] for pair in copy.fused if pair.split_reference for ms in pair.mindspore}
+    copy.modules = module_map({**copy.pairs, **split}, paths, state)
+    copy.modules.update({layer: pair.torch_layers[0] for pair in copy.fused if pair.split_reference
+                         for layer in pair.ms_layers})
     copy.paths = {name: path for name, path in paths.items() if name != path}
     structural = [(ms, torch) for ms, torch in copy.pairs.items() if copy.how[ms] == BY_STRUCTURE]
     copy.rules = [str(rule) for rule in suggest_rules((torch, pytorch_style_name(ms)) for ms, torch in structural)]
@@ -199,24 +225,6 @@ def _integer(cell: Any, name: str) -> bool:
     """Whether parameter ``name`` of ``cell`` holds integers or booleans (an index or a mask, never a weight)."""
     param = next(param for param in cell.get_parameters() if param.name == name)
     return param.asnumpy().dtype.kind in "iub"
-
-
-def _fused(missing: list, shapes: Mapping[str, tuple], paths: Mapping[str, str], torch_left: list,
-           state: Mapping[str, np.ndarray]) -> str:
-    """A hint for a fused layout the pairing does not split: a left-over PyTorch tensor whose first axis is the sum
-    of those of two or more left-over MindSpore tensors of one shape, one leaf name and one parent cell (q, k, v
-    against one qkv), the other axes equal. Empty when there is none."""
-    groups: dict = {}
-    for name in missing:
-        holder, _, leaf = paths[name].rpartition(".")
-        groups.setdefault((holder.rpartition(".")[0], leaf, shapes[name]), []).append(name)
-    for torch_name in torch_left:
-        shape = tuple(state[torch_name].shape)
-        for (_, _, part), names in groups.items():
-            if len(names) >= 2 and part and shape[1:] == part[1:] and shape[0] == part[0] * len(names):
-                return (f"{torch_name} {list(shape)} holds the rows of {len(names)} MindSpore tensors of "
-                        f"{list(part)} ({', '.join(names[:4])}) stacked: a fused layout the pairing does not split; ")
-    return ""
 
 
 def _few(names: list, shapes: Mapping[str, tuple], shown: int = 4) -> str:
@@ -240,6 +248,9 @@ def copy_into(cell: Any, state: Mapping[str, np.ndarray], copy: WeightCopy) -> N
     own = {param.name: param for param in cell.get_parameters() if param.name in copy.constants}
     for name, param in own.items():  # a constant keeps the value the cell built
         state[f"<constant {name}>"], mapping[f"<constant {name}>"] = param.asnumpy(), name
+    for pair in copy.fused:          # split from (or concatenated into) one tensor
+        for name, value in pair.mindspore_values({n: as_array(state[n]) for n in pair.torch}).items():
+            state[f"<part {name}>"], mapping[f"<part {name}>"] = value, name
     converted = convert_torch_state(state, cell, mapping, unit_axes=bool(copy.unit_axes))
     not_loaded = ms.load_param_into_net(cell, converted, strict_load=True)
     not_loaded = not_loaded[0] if isinstance(not_loaded, tuple) else not_loaded

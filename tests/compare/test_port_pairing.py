@@ -281,10 +281,16 @@ def test_constants_the_model_builds_are_set_aside_and_said(zoo):
 
 
 @pytest.mark.mindspore
-def test_swin_sets_its_constants_aside_and_names_the_fused_qkv(zoo):
-    error = zoo["swin_tiny"]["error"]
-    assert error and "\n" not in error
-    assert "relative_bias.index" not in error and "attn_mask" not in error, error  # constants, not left over
-    assert "MindSpore 72 (0.blocks.0.attn.q.weight [96, 96]," in error and "PyTorch 24 (" in error, error
-    assert ("layers.0.blocks.0.attn.qkv.weight [288, 96] holds the rows of 3 MindSpore tensors of [96, 96] "
-            "(0.blocks.0.attn.q.weight, 0.blocks.0.attn.k.weight, 0.blocks.0.attn.v.weight) stacked") in error
+def test_swin_sets_its_constants_aside_and_splits_the_fused_qkv(zoo):
+    case = zoo["swin_tiny"]
+    assert case["error"] is None, case["error"]
+    constants = case["constants"]   # 12 relative position indexes (one-hot floats), 5 shifted blocks' masks
+    assert len(constants) == 17 and sum(name.endswith("relative_bias.index") for name in constants) == 12, constants
+    assert all(name.endswith(("relative_bias.index", "attn_mask")) for name in constants), constants
+    assert len(case["fused"]) == 24 and not case["unpaired_torch"], case["summary"]   # 12 blocks: weight and bias
+    assert ["0.blocks.0.attn.q.weight", "0.blocks.0.attn.k.weight", "0.blocks.0.attn.v.weight"] in [
+        names for names, _, _ in case["fused"]]
+    assert [["0.blocks.3.blocks.1.attn.q.bias", "0.blocks.3.blocks.1.attn.k.bias", "0.blocks.3.blocks.1.attn.v.bias"],
+            ["layers.3.blocks.1.attn.qkv.bias"], 0] in case["fused"], case["fused"]
+    assert ("MindSpore 0.blocks.0.attn.q.weight, 0.blocks.0.attn.k.weight, 0.blocks.0.attn.v.weight split from "
+            "PyTorch's layers.0.blocks.0.attn.qkv.weight [288, 96] along axis 0 (96 + 96 + 96)") in case["summary"]

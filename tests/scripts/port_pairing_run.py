@@ -156,15 +156,17 @@ def constants_case() -> dict:
 
 
 def swin_case() -> dict:
-    """mindcv's swin_tiny against timm's: constants set aside, then the fused qkv named in the error."""
+    """mindcv's swin_tiny against timm's: constants set aside, the fused qkv split into q, k, v."""
     timm, _ = import_torch_zoos()
     module = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, num_classes=10)
     try:
-        pair_parameters(torch_state(module), create_model("swin_tiny", pretrained=False, num_classes=10),
-                        torch_module=module)
-        return {"error": None}
+        copy = pair_parameters(torch_state(module), create_model("swin_tiny", pretrained=False, num_classes=10),
+                               torch_module=module)
     except ConfigError as exc:
         return {"error": str(exc)}
+    return {"error": None, "summary": copy.summary(), "constants": copy.constants, "pairs": len(copy.pairs),
+            "fused": [[list(pair.mindspore), list(pair.torch), pair.axis] for pair in copy.fused],
+            "unpaired_torch": copy.unpaired_torch}
 
 
 def planted_cases() -> dict:
