@@ -18,7 +18,7 @@ files (``<file>.part<k>.npy``); the capture's manifest is left as it was.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Mapping, Optional
 
 import numpy as np
 
@@ -35,16 +35,17 @@ def part_name(name: str, start: int, stop: int) -> str:
     return f"{base}[{start}:{stop}]" + (f"#{call}" if call else "")
 
 
-def split_fused(capture_a: Capture, capture_b: Capture, fused: list) -> tuple:
+def split_fused(capture_a: Capture, capture_b: Capture, fused: list, paths: Mapping[str, str] = {}) -> tuple:
     """``(capture_a, capture_b, mapping)``: the captures with the fused side's records split into parts, and the
     record-name pairs (A name -> B name) that pair each part with its partner. Captures are returned as new
-    objects; ``fused`` empty returns them unchanged."""
+    objects; ``fused`` empty returns them unchanged. ``paths``: MindSpore parameter name -> the cell path its records
+    carry, where the two differ (``WeightCopy.paths``: a CellList leaves its own name out of its parameters')."""
     mapping: dict = {}
     splits: dict = {"A": {}, "B": {}}   # side -> fused record name -> [(part name, start, stop, axis, partner)]
     for pair in fused:
         whole_side, whole_capture, parts_capture = (("B", capture_b, capture_a) if pair.split_reference
                                                     else ("A", capture_a, capture_b))
-        names = _tensor_names(pair)
+        names = _tensor_names(pair, paths)
         for record in whole_capture.records:
             if record.kind in (PARAMETER, PARAMETER_GRADIENT) and record.name == names[0]:
                 splits[whole_side][(record.kind, record.name)] = [
@@ -60,9 +61,10 @@ def split_fused(capture_a: Capture, capture_b: Capture, fused: list) -> tuple:
     return _with_parts(capture_a, splits["A"]), _with_parts(capture_b, splits["B"]), mapping
 
 
-def _tensor_names(pair: FusedPair) -> tuple:
+def _tensor_names(pair: FusedPair, paths: Mapping[str, str]) -> tuple:
     """(the fused tensor's record name, the parts' record names)."""
-    return (pair.torch[0], pair.mindspore) if pair.split_reference else (pair.mindspore[0], pair.torch)
+    mindspore = tuple(paths.get(name, name) for name in pair.mindspore)
+    return (pair.torch[0], mindspore) if pair.split_reference else (mindspore[0], pair.torch)
 
 
 def _layers(pair: FusedPair) -> tuple:

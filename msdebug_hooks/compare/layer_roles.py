@@ -80,6 +80,37 @@ def free_role(record: LayerRecord, types: Mapping[str, str], holders: set) -> Op
     return OTHER if role is None and holders else role
 
 
+#: the role given to a layer with parameters whose output has no partner while all its parameters do
+PAIRED_PARAMETERS = "parameters paired"
+
+
+def unpaired_free(side: str, only: Sequence[LayerRecord], records: Sequence[LayerRecord], types: Mapping[str, str],
+                  paired: set) -> list:
+    """The :class:`FreeRecord` s among ``only`` (one side's records without a partner; ``records`` all of that
+    side's, ``paired`` the ids of its paired records): outputs of parameter-free layers (:func:`free_role`), and
+    outputs of layers holding parameters whose parameter and gradient records are all paired and compared (a
+    layer computing what the other model computes inline, such as a relative position bias the other's attention
+    adds in its own forward). Neither is a difference by itself: the parameters are judged by their own records,
+    and the output's values reach the next paired layer, which is compared."""
+    holders = parameter_layers(records)
+    under: dict = {}
+    for record in records:
+        if record.kind in (PARAMETER, PARAMETER_GRADIENT):
+            parts = record.name.split(".")[:-1]
+            for cut in range(1, len(parts) + 1):
+                under.setdefault(".".join(parts[:cut]), []).append(record)
+    found = []
+    for record in only:
+        role = free_role(record, types, holders)
+        if role is None and record.kind == FORWARD_OUTPUT:
+            layer = next((name for name in layer_candidates(record.name) if name in types), None)
+            if layer in under and all(id(r) in paired for r in under[layer]):
+                role = PAIRED_PARAMETERS
+        if role is not None:
+            found.append(FreeRecord(side, record, role, layer_type(record, types) or ""))
+    return found
+
+
 def squeezable(shape_a: Sequence[int], shape_b: Sequence[int]) -> bool:
     """Whether two shapes differ only by unit axes (``[2, 8, 1, 1]`` and ``[2, 8]``)."""
     return tuple(shape_a) != tuple(shape_b) and [d for d in shape_a if d != 1] == [d for d in shape_b if d != 1]

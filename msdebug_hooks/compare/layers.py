@@ -27,8 +27,7 @@ from msdebug_hooks.compare.composites import covered_note
 from msdebug_hooks.compare.layer_capture import (COMPARED_KINDS, FORWARD_OUTPUT, PARAMETER, PARAMETER_GRADIENT, Capture,
                                                  CaptureError, LayerRecord, read_capture)
 from msdebug_hooks.compare.layer_matching import MATCHED_BY_ROLE, fold_containers, match_records
-from msdebug_hooks.compare.layer_roles import (FreeRecord, find_suspects, free_role, layer_type, parameter_layers,
-                                               squeezable)
+from msdebug_hooks.compare.layer_roles import FreeRecord, find_suspects, layer_type, squeezable, unpaired_free
 from msdebug_hooks.compare.layouts import one_layout, same_row_major
 from msdebug_hooks.compare.metrics import ERROR, NOT_COMPARABLE, WARNING, Tolerance, compare_arrays, not_comparable
 from msdebug_hooks.errors import ConfigError
@@ -178,7 +177,8 @@ class LayerComparison:
         listed = ", ".join(free.describe() for free in self.unpaired_free[:12])
         more = f" and {len(self.unpaired_free) - 12} more" if len(self.unpaired_free) > 12 else ""
         return (f"{len(self.unpaired_free)} parameter-free layer(s) without a partner, not a difference by "
-                f"themselves (their values reach the next paired layer): {listed}{more}")
+                f"themselves (their values reach the next paired layer; one whose parameters are all paired and "
+                f"compared counts as one, role 'parameters paired'): {listed}{more}")
 
     def to_dict(self) -> dict:
         finding = self.finding
@@ -317,10 +317,9 @@ def compare_layers(capture_a: Any, capture_b: Any, *, step_a: Optional[int] = No
                                           [r for r in records_b if r.kind not in left_out],
                                           cap_a.framework, cap_b.framework, mapping,
                                           layer_types=(cap_a.layer_types, cap_b.layer_types))
-    free = [FreeRecord(side, record, role, layer_type(record, types) or "")
-            for side, records, types, holders in (("A", only_a, cap_a.layer_types, parameter_layers(records_a)),
-                                                  ("B", only_b, cap_b.layer_types, parameter_layers(records_b)))
-            for record in records if (role := free_role(record, types, holders)) is not None]
+    paired = {id(record) for a, b, _ in pairs for record in (a, b)}
+    free = (unpaired_free("A", only_a, records_a, cap_a.layer_types, paired)
+            + unpaired_free("B", only_b, records_b, cap_b.layer_types, paired))
     freed = {id(f.record) for f in free}
     report = LayerComparison(str(cap_a.directory), str(cap_b.directory), cap_a.framework, cap_b.framework, sa, sb,
                              unmatched_a=[r for r in only_a if id(r) not in freed],

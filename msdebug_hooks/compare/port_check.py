@@ -303,7 +303,7 @@ def compare_models(torch_module: Any, mindspore_cell: Any, inputs: Union[ArrayLi
         restore_torch(torch_module, run_b.before)       # the weights of the captured step, for the replay
         restore_mindspore(mindspore_cell, run_a.before)
         cap_a, cap_b, parts = split_fused(read_capture(root / "mindspore"), read_capture(root / "pytorch"),
-                                          copy.fused)
+                                          copy.fused, copy.paths)
         layers = compare_layers(cap_a, cap_b, mapping=copy.layer_mapping(parts),
                                 replay=replay, replay_a=mindspore_cell if replay else None)
         cells = dict(mindspore_cell.cells_and_names())
