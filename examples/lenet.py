@@ -15,11 +15,9 @@ def synthetic_batches(num_batches: int = 8, batch_size: int = 32, *, seed: int =
     """Yield ``(images float32 [B,1,32,32], labels int32 [B])``; batches listed in ``nan_batches`` (0-based) are
     poisoned so that step's loss is not finite.
 
-    A NaN pixel alone is not enough: MindSpore's CPU ReLU maps NaN to 0, so it never reaches the loss. A poisoned
-    batch therefore also scales its images by 1e30: that step's loss is Inf, and the update it drives turns the
-    weights (and every later loss) into NaN, which is how real divergence looks. Every image, not one: a single
-    huge image whose label happens to win its logits adds 0 to the loss, which left it finite in about one run in
-    ten (the network's initial weights are not seeded)."""
+    A NaN pixel alone never reaches the loss (MindSpore's CPU ReLU maps NaN to 0), so a poisoned batch also scales
+    every image by 1e30 (one huge image whose label wins its logits adds 0: a finite loss in about 1 run in 10): that
+    step's loss is Inf, and its update turns the weights (and every later loss) into NaN, as real divergence does."""
     rng = np.random.default_rng(seed)
     for index in range(num_batches):
         labels = rng.integers(0, 10, size=(batch_size,)).astype(np.int32)

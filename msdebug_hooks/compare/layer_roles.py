@@ -90,8 +90,8 @@ def unpaired_free(side: str, only: Sequence[LayerRecord], records: Sequence[Laye
     side's, ``paired`` the ids of its paired records): outputs of parameter-free layers (:func:`free_role`), and
     outputs of layers holding parameters whose parameter and gradient records are all paired and compared (a
     layer computing what the other model computes inline, such as a relative position bias the other's attention
-    adds in its own forward). Neither is a difference by itself: the parameters are judged by their own records,
-    and the output's values reach the next paired layer, which is compared."""
+    adds in its own forward) and followed by a paired output. Neither is a difference by itself: the parameters are
+    judged by their own records, and the output's values reach the next paired layer, which is compared."""
     holders = parameter_layers(records)
     under: dict = {}
     for record in records:
@@ -99,10 +99,11 @@ def unpaired_free(side: str, only: Sequence[LayerRecord], records: Sequence[Laye
             parts = record.name.split(".")[:-1]
             for cut in range(1, len(parts) + 1):
                 under.setdefault(".".join(parts[:cut]), []).append(record)
+    last_paired = max((r.order for r in records if r.kind == FORWARD_OUTPUT and id(r) in paired), default=-1)
     found = []
     for record in only:
         role = free_role(record, types, holders)
-        if role is None and record.kind == FORWARD_OUTPUT:
+        if role is None and record.kind == FORWARD_OUTPUT and record.order < last_paired:
             layer = next((name for name in layer_candidates(record.name) if name in types), None)
             if layer in under and all(id(r) in paired for r in under[layer]):
                 role = PAIRED_PARAMETERS
