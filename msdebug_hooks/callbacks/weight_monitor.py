@@ -219,7 +219,7 @@ class WeightMonitor(AgreedStop, Callback):
     def _exact(self, arrays: list, step: int) -> list[WeightProblem]:
         screen = self._screen
         suspects = screen.suspects(arrays)   # copies the live weights into the screen's own buffer
-        found = self._confirm(suspects, step, 0) if suspects else []
+        found = self._confirm(suspects, step) if suspects else []
         screen.commit()
         return found
 
@@ -281,7 +281,6 @@ class WeightMonitor(AgreedStop, Callback):
             if self.counts[key] == 1:
                 _LOG.warning("WeightMonitor: epoch %d step %d: %s%s; further hits of this kind are "
                              "counted, not logged", problem.epoch, step, _describe(problem), self._hint(problem))
-        return found
 
     def _hint(self, problem: WeightProblem) -> str:
         """Why a parameter that did move reads as unchanged: its steps are inside the tolerances (a small learning
@@ -289,20 +288,20 @@ class WeightMonitor(AgreedStop, Callback):
         if problem.kind != UNCHANGED:
             return ""
         if not problem.actual_value:       # not moved at all: say why it likely did not (weight_causes.py)
-            param = next((p for p in self._params if p.name == problem.parameter), None)
-            return f"; {unchanged_cause(param, self._optimizer)}" if param is not None else ""
+            index = self._index.get(problem.parameter)
+            return "" if index is None else f"; {unchanged_cause(self._params[index], self._optimizer)}"
         return (f" (it moved, but within rtol={self._rtol:g}, atol={self._atol:g} of its previous value; "
                 "pass a smaller rtol if it legitimately updates in steps this small)")
 
-    def _confirm(self, suspects: list[int], step: int, epoch: int) -> list[WeightProblem]:
+    def _confirm(self, suspects: list[int], step: int) -> list[WeightProblem]:
         """The engine's verdict on the parameters the screen flagged, all at once (it decides; the screen only
-        preselects)."""
+        preselects). The epoch is filled in by ``_check``, for findings only."""
         currents = [self._screen.current(index) for index in suspects]
         previous = [self._screen.previous(index) for index in suspects]
         conditions = [condition for _, condition in self._conditions]
         with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf weights are reported, not warned about
             verdicts = self._check_tensors(conditions, currents, previous)
-            return [WeightProblem(step, epoch, self._params[index].name, kind,
+            return [WeightProblem(step, 0, self._params[index].name, kind,
                                   _actual_value(kind, result, current, before))
                     for index, current, before, results in zip(suspects, currents, previous, verdicts)
                     for (kind, _), result in zip(self._conditions, results) if result.hit]

@@ -298,3 +298,17 @@ def _watch(proc: subprocess.Popen, started: float, timeout: Optional[float],
             reason = monitor(False)
             if reason is not None:
                 return reason
+
+
+def remove_work(directory: Path, created: bool, entries: Sequence[str]) -> None:
+    """Remove what a command of runs made: the whole work directory if it made it, else only its own ``entries``
+    (a directory the user gave may hold other things)."""
+    if created:
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+    for name in entries:
+        path = directory / name
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists():
+            path.unlink()

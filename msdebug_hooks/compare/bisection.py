@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Optional, Union
 
 from msdebug_hooks.compare import bisect_tolerance, run_recording
 from msdebug_hooks.compare.bisect_answer import BisectResult, answer
-from msdebug_hooks.compare.bisect_runs import BisectError, RunFailed, RunSpec, Stage, run_stage
+from msdebug_hooks.compare.bisect_runs import BisectError, RunFailed, RunSpec, Stage, remove_work, run_stage
 from msdebug_hooks.compare.dump_wait import GB, DiskGuard, iteration_dirs, size_text, wait_for_dump
 from msdebug_hooks.compare.loss import LossFileError, read_losses
 from msdebug_hooks.compare.loss_diff import compare_losses
@@ -364,19 +364,6 @@ def bisect(a: Union[RunSpec, str], b: Union[RunSpec, str], workdir: Union[str, P
                             progress=say).run()
     result.kept = keep
     if not keep:
-        _clean(directory, created)
+        remove_work(directory, created, ("a", "b", ".shim", ".lock"))
         say(f"removed {directory if created else 'the runs and dumps in ' + str(directory)} (--keep keeps them)")
     return result
-
-
-def _clean(directory: Path, created: bool) -> None:
-    """Remove what a bisection made: the whole work directory if it made it, else only its own entries."""
-    if created:
-        shutil.rmtree(directory, ignore_errors=True)
-        return
-    for name in ("a", "b", ".shim", ".lock"):
-        path = directory / name
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        elif path.exists():
-            path.unlink()

@@ -92,13 +92,13 @@ def unpaired_free(side: str, only: Sequence[LayerRecord], records: Sequence[Laye
     layer computing what the other model computes inline, such as a relative position bias the other's attention
     adds in its own forward) and followed by a paired output. Neither is a difference by itself: the parameters are
     judged by their own records, and the output's values reach the next paired layer, which is compared."""
-    holders = parameter_layers(records)
-    under: dict = {}
+    under: dict = {}    # layer -> the parameter and gradient records under it (its keys: parameter_layers)
     for record in records:
         if record.kind in (PARAMETER, PARAMETER_GRADIENT):
             parts = record.name.split(".")[:-1]
             for cut in range(1, len(parts) + 1):
                 under.setdefault(".".join(parts[:cut]), []).append(record)
+    holders = set(under)
     last_paired = max((r.order for r in records if r.kind == FORWARD_OUTPUT and id(r) in paired), default=-1)
     found = []
     for record in only:

@@ -16,13 +16,12 @@ as a whole tree; ``compare.dump_wait``: the disk guard and the wait for a comple
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Callable, Optional, Union
 
 from msdebug_hooks.compare import run_recording
-from msdebug_hooks.compare.bisect_runs import BisectError, RunFailed, RunSpec, Stage, run_stage
+from msdebug_hooks.compare.bisect_runs import BisectError, RunFailed, RunSpec, Stage, remove_work, run_stage
 from msdebug_hooks.compare.dump_wait import GB, DiskGuard, iteration_dirs, wait_for_dump
 from msdebug_hooks.errors import ConfigError, DumpError
 from msdebug_hooks.nan import attach
@@ -188,12 +187,4 @@ def _finish(result: FirstNanResult, directory: Path, created: bool, keep: bool) 
     result.kept = keep
     if keep:
         return
-    if created:
-        shutil.rmtree(directory, ignore_errors=True)
-        return
-    for name in ("check", "rerun", ".shim", "dump_config.json"):
-        path = directory / name
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        elif path.exists():
-            path.unlink()
+    remove_work(directory, created, ("check", "rerun", ".shim", "dump_config.json"))
